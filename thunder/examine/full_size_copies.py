@@ -1,0 +1,159 @@
+"""Find full-size copies of input tensors in a Thunder execution trace.
+
+An in-place indexed write such as ``buf[idx] = v`` should move only the written elements. Thunder's
+functional lowering of such writes instead shows up in the execution trace as a full-size op on the
+input, e.g. for ``buf[loc] = k``::
+
+    (t6,) = update_aliases((buf,))
+    t7 = copy_with_setitem_impl(t6, loc, k)   # clone of all of buf, then one row set
+    t8 = copy_(t7, t6, grad_enabled=True)     # all of buf copied back
+
+:func:`find_full_size_copies` reports both lines. Use it in tests ("this trace moves no full-size
+copy of an input") and when profiling ("which ops copy my KV cache?").
+
+What is reported, for a tensor that is a trace input or an alias or view of one:
+
+* ``clone``: a clone of it;
+* ``copy_with_setitem``: the functional setitem, which clones it;
+* ``functional <op>``: a functional ``index_copy``, ``index_put``, ``index_add``, ``index_fill``,
+  ``scatter``, ``scatter_add``, ``masked_fill`` or ``masked_scatter`` of it whose result is copied
+  back into it with ``copy_``;
+* ``copy_``: a ``copy_`` that overwrites all of it.
+
+Fusion regions are searched inside. In-place ops that write only the indexed elements are not
+reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from thunder.core.proxies import TensorProxy
+from thunder.core.pytree import tree_flatten
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from thunder.core.symbol import BoundSymbol
+    from thunder.core.trace import TraceCtx
+
+__all__ = ["FullSizeCopy", "find_full_size_copies", "full_size_copy_bytes", "thunderfx_execution_traces"]
+
+_CLONE_NAMES = frozenset({"clone"})
+_SETITEM_COPY_NAMES = frozenset({"copy_with_setitem", "copy_with_setitem_impl"})
+_FUNCTIONAL_INDEXED_NAMES = frozenset(
+    {"index_copy", "index_put", "index_add", "index_fill", "scatter", "scatter_add", "masked_fill", "masked_scatter"}
+)
+_COPY_NAMES = frozenset({"copy_"})
+_ALIAS_NAMES = frozenset({"update_aliases"})
+
+
+@dataclass(frozen=True)
+class FullSizeCopy:
+    """One full-size op on (an alias or view of) the trace input ``input_name``."""
+
+    kind: str
+    input_name: str
+    line: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+    def __str__(self) -> str:
+        return f"{self.kind} of {self.input_name} {list(self.shape)} ({self.nbytes} bytes): {self.line}"
+
+
+def _tensors(values) -> list[TensorProxy]:
+    flat, _ = tree_flatten(values)
+    return [v for v in flat if isinstance(v, TensorProxy)]
+
+
+def _nbytes(t: TensorProxy) -> int:
+    numel = 1
+    for s in t.shape:
+        numel *= int(s)
+    return numel * t.dtype.bytes
+
+
+def _line(bsym: BoundSymbol) -> str:
+    # The bsym's own line; the lines below it are its decomposition, printed as comments.
+    lines = [ln.strip() for ln in str(bsym).splitlines() if ln.strip()]
+    return next((ln for ln in lines if not ln.startswith("#")), lines[0] if lines else "")
+
+
+def _is_view_op(bsym: BoundSymbol) -> bool:
+    import thunder.torch as ltorch
+
+    return bsym.sym in ltorch._syms_returning_views or bsym.sym in ltorch._syms_that_may_return_views
+
+
+def _walk(bsyms: Iterable[BoundSymbol]) -> Iterator[BoundSymbol]:
+    for bsym in bsyms:
+        if bsym.sym.is_fusion:
+            yield from _walk(bsym.subsymbols)
+        else:
+            yield bsym
+
+
+def find_full_size_copies(trace: TraceCtx) -> list[FullSizeCopy]:
+    """Full-size copies of the trace's input tensors (or of their aliases and views), in trace order."""
+    # proxy name -> name of the trace input it aliases
+    input_of: dict[str, str] = {t.name: t.name for t in _tensors((trace.args, trace.kwargs))}
+    # output name of a functional indexed op on an input -> (its bsym, the input it was applied to)
+    pending_functional: dict[str, tuple[BoundSymbol, TensorProxy]] = {}
+    found: list[FullSizeCopy] = []
+
+    for bsym in _walk(trace.bound_symbols):
+        name = bsym.sym.name
+        args = _tensors(bsym.args)
+        outs = _tensors(bsym.output)
+        first = args[0] if args else None
+        aliased = first is not None and first.name in input_of
+
+        if name in _ALIAS_NAMES:
+            for a, o in zip(args, outs):
+                if a.name in input_of:
+                    input_of[o.name] = input_of[a.name]
+        elif name in _COPY_NAMES and len(args) >= 2:
+            src, dst = args[0], args[1]
+            if dst.name in input_of:
+                for o in outs:
+                    input_of[o.name] = input_of[dst.name]
+                if src.name in pending_functional:
+                    fn_bsym, dest = pending_functional.pop(src.name)
+                    found.append(
+                        FullSizeCopy(f"functional {fn_bsym.sym.name}", input_of[dest.name], _line(fn_bsym),
+                                     tuple(int(s) for s in dest.shape), _nbytes(dest))
+                    )
+                if tuple(src.shape) == tuple(dst.shape):
+                    found.append(
+                        FullSizeCopy("copy_", input_of[dst.name], _line(bsym), tuple(int(s) for s in dst.shape), _nbytes(dst))
+                    )
+        elif aliased and name in _CLONE_NAMES | _SETITEM_COPY_NAMES:
+            kind = "clone" if name in _CLONE_NAMES else "copy_with_setitem"
+            found.append(FullSizeCopy(kind, input_of[first.name], _line(bsym), tuple(int(s) for s in first.shape), _nbytes(first)))
+        elif aliased and name in _FUNCTIONAL_INDEXED_NAMES and outs:
+            pending_functional[outs[0].name] = (bsym, first)
+        elif aliased and _is_view_op(bsym):
+            for o in outs:
+                input_of[o.name] = input_of[first.name]
+        elif aliased and bsym.sym.tags and any(getattr(t, "name", "") == "IN_PLACE" for t in bsym.sym.tags):
+            # An in-place op returns (a new proxy for) its destination.
+            for o in outs[:1]:
+                input_of[o.name] = input_of[first.name]
+    return found
+
+
+def full_size_copy_bytes(trace: TraceCtx) -> int:
+    """Bytes written by the full-size copies :func:`find_full_size_copies` reports."""
+    return sum(c.nbytes for c in find_full_size_copies(trace))
+
+
+def thunderfx_execution_traces(backend) -> list[TraceCtx]:
+    """The last execution trace of every Thunder segment a ``ThunderCompiler`` backend compiled."""
+    import thunder
+
+    traces = []
+    for info in backend.subgraph_infos:
+        for fn in info.thunder_compiled_fns:
+            traces.append(thunder.last_traces(fn)[-1])
+    return traces
