@@ -137,11 +137,17 @@ def copy_overlay(dest: Path) -> None:
         shutil.copy2(ROOT / rel, target)
 
 
+def git_apply(patch: Path, tree: Path, *, check: bool = False) -> subprocess.CompletedProcess:
+    """`git apply` to a plain directory. The ceiling stops git from finding this repository above
+    `tree`; inside a repository, git apply would resolve paths from its top and silently skip them."""
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.resolve().parent)}
+    cmd = ["git", "apply", "-p1", "--whitespace=nowarn", *(["--check"] if check else []), str(patch)]
+    return subprocess.run(cmd, cwd=tree, env=env, text=True, capture_output=True)
+
+
 def apply_series(dest: Path) -> None:
     for patch in series():
-        proc = subprocess.run(
-            ["git", "apply", "-p1", "--whitespace=nowarn", str(patch)], cwd=dest, text=True, capture_output=True
-        )
+        proc = git_apply(patch, dest)
         if proc.returncode != 0:
             raise PatchSetError(f"patch {patch.name} does not apply to the composed tree:\n{proc.stderr}")
 
@@ -251,7 +257,7 @@ def upstream_diff() -> Path:
         # The check runs on a fresh pristine tree, not on the repository that produced the diff.
         check_dir = Path(tmp) / "check"
         unpack_base(check_dir)
-        proc = subprocess.run(["git", "apply", "--check", str(diff_path)], cwd=check_dir, text=True, capture_output=True)
+        proc = git_apply(diff_path, check_dir, check=True)
         if proc.returncode != 0:
             raise PatchSetError(f"build/upstream.diff does not apply to the pristine base:\n{proc.stderr}")
     files = diff.count("\ndiff --git ") + diff.startswith("diff --git ")
