@@ -2,7 +2,7 @@
 PY      := .venv/bin/python
 STOCK   := scripts/python-stock
 ARGS    ?=
-PYTEST  := $(PY) -m pytest -p no:cacheprovider
+PYTEST  := $(PY) -m pytest
 
 .PHONY: setup test test-slow bench upstream-diff edit export stock-fails upstream-tests wheel clean
 

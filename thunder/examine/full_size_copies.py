@@ -83,7 +83,13 @@ def _line(bsym: BoundSymbol) -> str:
 def _is_view_op(bsym: BoundSymbol) -> bool:
     import thunder.torch as ltorch
 
-    return bsym.sym in ltorch._syms_returning_views or bsym.sym in ltorch._syms_that_may_return_views
+    if bsym.sym in ltorch._syms_returning_views or bsym.sym in ltorch._syms_that_may_return_views:
+        return True
+    # An executor's symbol (e.g. torchex's `Tensor.__getitem__`) keeps the ltorch op it implements as its
+    # only subsymbol.
+    if len(bsym.subsymbols) == 1 and bsym.subsymbols[0].output is bsym.output:
+        return _is_view_op(bsym.subsymbols[0])
+    return False
 
 
 def _walk(bsyms: Iterable[BoundSymbol]) -> Iterator[BoundSymbol]:

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Run every test marked `claims_fix` on the PRISTINE base and check that each one fails at an
+# assertion (AssertionError or pytest.fail), none passes, none errors in setup, none is skipped.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+mkdir -p build
+scripts/python-stock -m pytest tests -q -m "claims_fix and not slow" --junitxml=build/stock-fails.xml "$@" >build/stock-fails.log 2>&1
+.venv/bin/python scripts/check_stock_fails.py build/stock-fails.xml
