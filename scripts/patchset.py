@@ -77,16 +77,40 @@ def base_wheel() -> Path:
         CACHE.mkdir(parents=True, exist_ok=True)
         spec = f"{BASE_PIN['distribution']}=={BASE_PIN['version']}"
         print(f"patchset: downloading {spec} from PyPI", file=sys.stderr)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(CACHE), spec],
-            check=True,
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(CACHE), spec]
         )
+        if proc.returncode != 0 or not wheel.exists():
+            # pip is not importable inside an isolated build environment (`pip install .`): ask PyPI directly.
+            _download_from_pypi(wheel)
     actual = _sha256(wheel)
     if actual != BASE_PIN["sha256"]:
         raise PatchSetError(
             f"{wheel.name}: sha256 {actual} does not match the pin {BASE_PIN['sha256']} in scripts/base.json"
         )
     return wheel
+
+
+def _download_from_pypi(dest: Path) -> None:
+    import urllib.request
+
+    meta_url = f"https://pypi.org/pypi/{BASE_PIN['distribution']}/{BASE_PIN['version']}/json"
+    with urllib.request.urlopen(meta_url, timeout=120) as response:
+        files = json.load(response)["urls"]
+    (url,) = [f["url"] for f in files if f["filename"] == BASE_PIN["wheel"]]
+    tmp = dest.with_suffix(".part")
+    with urllib.request.urlopen(url, timeout=300) as response, tmp.open("wb") as out:
+        shutil.copyfileobj(response, out)
+    tmp.rename(dest)
+
+
+def base_requirements() -> list[str]:
+    """The base wheel's own runtime requirements (Requires-Dist without extras)."""
+    with zipfile.ZipFile(base_wheel()) as zf:
+        (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = zf.read(meta).decode().splitlines()
+    reqs = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Requires-Dist:")]
+    return [r for r in reqs if "extra ==" not in r]
 
 
 def series() -> list[Path]:

@@ -552,8 +552,10 @@ def run_pool(workload: str, n: int, keys, factory: BackendFactory, cfg: RepConfi
 
     def step_inputs(t):
         p = POOL_CONTEXT + t
-        return (tokens[t], torch.tensor([p], device=device), slot_of_pos[p : p + 1],
-                slot_of_pos[p - POOL_WINDOW + 1 : p + 1])
+        # Separate tensors, not views of one: Thunder rejects inputs that alias each other with
+        # different shapes (insert_alias_updates tries to reshape one into the other).
+        return (tokens[t].clone(), torch.tensor([p], device=device), slot_of_pos[p : p + 1].clone(),
+                slot_of_pos[p - POOL_WINDOW + 1 : p + 1].clone())
 
     inputs = [step_inputs(t) for t in range(n_steps)]
     slot_dim = 0 if layout == "token_pool" else 2

@@ -1,0 +1,32 @@
+"""Builds the patched lightning-thunder wheel: the pinned base + thunder/ (added files) + patches/series.
+
+    pip install .        # installs lightning-thunder 0.2.6+inplacewrites in place of stock
+
+The base wheel is fetched from PyPI and checked against the sha256 in scripts/base.json.
+"""
+
+import sys
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import patchset  # noqa: E402
+
+tree = patchset.compose(patchset.BUILD / "wheel-src")
+pin = patchset.BASE_PIN
+
+setup(
+    name=pin["distribution"],
+    version=f"{pin['version']}+{pin['local_version']}",
+    description="Lightning Thunder with in-place indexed writes (KV-cache updates move only the bytes they write)",
+    long_description=(ROOT / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(str(tree), include=["thunder", "thunder.*"]),
+    package_dir={"": str(tree.relative_to(ROOT))},
+    package_data={"thunder": ["py.typed"]},
+    install_requires=patchset.base_requirements(),
+)
