@@ -239,6 +239,16 @@ def export() -> None:
         raise PatchSetError("build/edit has uncommitted changes; commit them first")
     added = _git(repo, "diff", "--name-only", "--diff-filter=A", "base", "HEAD", capture=True).split()
     edited = _git(repo, "diff", "--name-only", "--diff-filter=MDR", "base", "HEAD", capture=True).split()
+    # Refuse to overwrite overlay files edited in this repository since `make edit` copied them.
+    changed_here = []
+    for rel in overlay_files():
+        at_edit = subprocess.run(["git", "show", f"overlay:{rel}"], cwd=repo, capture_output=True).stdout
+        if (ROOT / rel).read_bytes() != at_edit and (repo / rel).exists() and (repo / rel).read_bytes() != (ROOT / rel).read_bytes():
+            changed_here.append(str(rel))
+    if changed_here:
+        raise PatchSetError(
+            f"these overlay files changed in thunder/ after `make edit`; copy them into build/edit first: {changed_here}"
+        )
     # Added files go to the overlay; a commit that only adds files produces no patch.
     if OVERLAY.exists():
         shutil.rmtree(OVERLAY)

@@ -1,4 +1,5 @@
-"""ThunderFX routes in-place indexed writes into graph inputs to Inductor (inplace_indexed_writes="inductor").
+"""ThunderFX routes in-place indexed writes into graph inputs to Inductor (inplace_indexed_writes="inductor",
+and, under the default "inplace", the ops Thunder has no in-place prim for).
 
 Each test that claims the fix fails on the pristine base (`make stock-fails`): there the write runs in
 Thunder as clone + copy back, which the trace helper finds, and no split reason names the write.
@@ -14,11 +15,11 @@ from _support import describe_split, full_copies_in, split_reason_types, thunder
 
 
 def _run_both(fn, make_args):
-    """Run fn eagerly and under ThunderFX (default options) on identical fresh inputs."""
+    """Run fn eagerly and under ThunderFX (all writes routed to Inductor) on identical fresh inputs."""
     eager_args = make_args()
     compiled_args = make_args()
     eager_out = fn(*eager_args)
-    compiled, backend = thunderfx(fn)
+    compiled, backend = thunderfx(fn, inplace_indexed_writes="inductor")
     ptrs = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in compiled_args]
     try:
         compiled_out = compiled(*compiled_args)
@@ -212,7 +213,7 @@ def test_module_buffer_written_in_place():
     eager, compiled_module = KVCache(), KVCache()
     pos, k = torch.tensor([3]), -torch.ones(1, 2, 1, 4)
     expected = eager(pos, k)
-    compiled, backend = thunderfx(compiled_module)
+    compiled, backend = thunderfx(compiled_module, inplace_indexed_writes="inductor")
     ptr = compiled_module.k_cache.data_ptr()
     assert torch.equal(compiled(pos, k), expected)
     assert compiled_module.k_cache.data_ptr() == ptr
@@ -229,7 +230,7 @@ def test_write_into_intermediate_stays_in_thunder():
         return new_x
 
     outs, idxs = _cache(8, 4), torch.randperm(8, generator=torch.Generator().manual_seed(0))
-    compiled, backend = thunderfx(moe_gather)
+    compiled, backend = thunderfx(moe_gather, inplace_indexed_writes="inductor")
     assert torch.equal(compiled(outs, idxs), moe_gather(outs, idxs))
     assert "INPLACE_INDEXED_WRITE" not in split_reason_types(backend)
     assert [i.thunder_compiled_fns != [] for i in backend.subgraph_infos] == [True]
@@ -254,3 +255,19 @@ def test_unknown_policy_is_rejected():
 
     with pytest.raises(ValueError, match="inplace_indexed_writes='bogus' is not supported"):
         ThunderCompiler(inplace_indexed_writes="bogus")
+
+
+@pytest.mark.claims_fix
+@pytest.mark.parametrize(
+    "fn, make_args",
+    [pytest.param(f, m, id=i) for i, f, m in WRITE_FORMS if i in ("masked_fill_", "index_fill_", "scatter_reduce_")],
+)
+def test_default_policy_routes_ops_thunder_cannot_write_in_place(fn, make_args):
+    eager_args = make_args()
+    args = make_args()
+    fn(*eager_args)
+    compiled, backend = thunderfx(fn)
+    compiled(*args)
+    _assert_same(eager_args, args)
+    assert split_reason_types(backend) == ["INPLACE_INDEXED_WRITE"]
+    assert full_copies_in(backend) == []

@@ -58,6 +58,8 @@ __all__ = [
     "check_inplace_indexed_writes_policy",
     "find_indexed_writes_on_inputs",
     "rematerialize_write_view_chains",
+    "thunder_jit_policy",
+    "writes_to_route",
 ]
 
 #: In-place ops that write a subset of their destination selected by an index, key or mask.
@@ -76,10 +78,28 @@ INDEXED_WRITE_OPS: tuple[str, ...] = (
     "masked_scatter_",
 )
 
-#: Values of ``ThunderCompiler(inplace_indexed_writes=...)``.
-#: ``"inductor"``: route indexed writes into graph inputs to Inductor (default);
+#: The subset Thunder itself lowers to in-place prims (``prims.setitem_``, ``prims.index_copy_``, ...;
+#: see thunder/core/inplace_indexed_writes.py). Under ``inplace_indexed_writes="inplace"`` only the
+#: other ops are routed to Inductor.
+THUNDER_INPLACE_OPS: frozenset[str] = frozenset(
+    {"__setitem__", "index_copy_", "index_put_", "index_add_", "scatter_", "scatter_add_"}
+)
+
+#: Values of ``ThunderCompiler(inplace_indexed_writes=...)``:
+#: ``"inplace"`` (default): Thunder writes in place itself; ops it cannot (``index_fill_``,
+#: ``scatter_reduce_``, ``masked_fill_``, ``masked_scatter_``) are routed to Inductor;
+#: ``"inductor"``: every indexed write into a graph input is routed to Inductor;
 #: ``"functional"``: stock behaviour, Thunder runs them as functional op + full copy back.
-INPLACE_INDEXED_WRITES_POLICIES: tuple[str, ...] = ("inductor", "functional")
+INPLACE_INDEXED_WRITES_POLICIES: tuple[str, ...] = ("inplace", "inductor", "functional")
+
+
+def writes_to_route(writes: list[IndexedWrite], policy: str) -> list[IndexedWrite]:
+    """The writes the splitter gives to Inductor under ``policy``."""
+    if policy == "inductor":
+        return writes
+    if policy == "inplace":
+        return [w for w in writes if w.op_name not in THUNDER_INPLACE_OPS]
+    return []
 
 _FUNCTION_TARGETS: dict[object, str] = {operator.setitem: "__setitem__"}
 for _name in INDEXED_WRITE_OPS:
@@ -96,6 +116,12 @@ def check_inplace_indexed_writes_policy(policy: str, allowed: tuple[str, ...] = 
             f"inplace_indexed_writes={policy!r} is not supported; expected one of {', '.join(map(repr, allowed))}"
         )
     return policy
+
+
+def thunder_jit_policy(policy: str) -> str:
+    """The ``thunder.jit`` option ``inplace_indexed_writes`` for the segments of a ThunderFX policy:
+    writes left in Thunder are lowered in place unless the policy is the stock ``"functional"``."""
+    return "functional" if policy == "functional" else "inplace"
 
 
 def indexed_write_op_name(node: torch.fx.Node) -> str | None:
@@ -146,7 +172,7 @@ class IndexedWrite:
         return (
             f"node with name: {self.node.name} and target: {self.op_name} writes in place by index into graph "
             f"input {self.graph_input.name}{via}; routed to Inductor, which updates the caller's tensor in place, "
-            f"where Thunder would clone and copy back the whole tensor (inplace_indexed_writes='inductor')"
+            f"where Thunder's functional lowering would clone and copy back the whole tensor"
         )
 
 
