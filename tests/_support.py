@@ -31,13 +31,13 @@ def load_overlay_module(name: str):
 full_size_copies = load_overlay_module("examine.full_size_copies")
 
 
-def thunderfx(fn, **options):
-    """fn compiled with a fresh ThunderCompiler; returns (compiled fn, backend)."""
+def thunderfx(fn, *, fullgraph: bool = True, **options):
+    """fn compiled with a fresh ThunderCompiler(**options); returns (compiled fn, backend)."""
     from thunder.dynamo import ThunderCompiler
 
     torch._dynamo.reset()
     backend = ThunderCompiler(**options)
-    return torch.compile(fn, backend=backend, fullgraph=True), backend
+    return torch.compile(fn, backend=backend, fullgraph=fullgraph), backend
 
 
 def full_copies_in(backend) -> list:

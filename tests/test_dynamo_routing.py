@@ -271,3 +271,44 @@ def test_default_policy_routes_ops_thunder_cannot_write_in_place(fn, make_args):
     _assert_same(eager_args, args)
     assert split_reason_types(backend) == ["INPLACE_INDEXED_WRITE"]
     assert full_copies_in(backend) == []
+
+
+@pytest.mark.claims_fix
+class TestDefaultPolicyWritesInPlaceInThunder(TestCase):
+    """ThunderCompiler() (inplace_indexed_writes="inplace"): the reported graph is one Thunder segment
+    whose trace writes the buffer with one in-place op."""
+
+    def test_reported_graph_is_one_thunder_segment_with_one_inplace_write(self):
+        import thunder
+
+        def write(k_buffer, loc, k):
+            k_buffer[loc] = k
+
+        buf, loc, k = _bf16(4096, 8, 64), torch.tensor([1234]), _bf16(1, 8, 64)
+        expected = buf.clone()
+        expected[loc] = k
+        ptr = buf.data_ptr()
+        compiled, backend = thunderfx(write)
+        compiled(buf, loc, k)
+        assert buf.data_ptr() == ptr and torch.equal(buf, expected)
+        self.assertExpectedInline(
+            describe_split(backend),
+            """\
+thunder: thunder_0(l_k_buffer_, l_loc_, l_k_)
+    setitem = setitem(l_k_buffer_, l_loc_, l_k_)""",
+        )
+        (fn,) = backend.subgraph_infos[0].thunder_compiled_fns
+        body = [ln.strip() for ln in str(thunder.last_traces(fn)[-1]).splitlines() if ln.startswith("  ") and ".py:" not in ln and "<eval_with_key>" not in ln]
+        self.assertExpectedInline(
+            "\n".join(body),
+            """\
+# l_k_buffer_: "cpu bf16[4096, 8, 64]"
+# l_loc_: "cpu i64[1]"
+# l_k_: "cpu bf16[1, 8, 64]"
+(t4,) = update_aliases((l_k_buffer_,))
+del l_k_buffer_
+t5 = setitem_(t4, l_loc_, l_k_)  # t5: "cpu bf16[4096, 8, 64]"
+del t4
+return ()""",
+        )
+        assert full_copies_in(backend) == []

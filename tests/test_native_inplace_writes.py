@@ -1,4 +1,9 @@
-"""Tests for lowering in-place indexed writes to in-place prims (thunder.jit option ``inplace_indexed_writes``)."""
+"""Tests for lowering in-place indexed writes to in-place prims (thunder.jit option ``inplace_indexed_writes``).
+
+Tests marked ``keeps_stock_behaviour`` check what must not change (errors like eager's, the grad fallback,
+ordering of reads and writes) and pass on the pristine base too; every other test claims the fix and
+fails there (``make stock-fails``).
+"""
 
 import warnings
 
@@ -11,6 +16,10 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 
 import thunder
 import thunder.dynamo
+
+from _support import full_size_copies
+
+pytestmark = pytest.mark.claims_fix
 
 # Final-trace operators that build or copy the whole destination (the stock lowering).
 FULL_SIZE_OPS = {"copy_with_setitem_impl", "copy_", "clone", "index_copy", "index_put", "index_add", "scatter", "scatter_add"}
@@ -59,6 +68,7 @@ def check_inplace_write(fn, args, *, mutated=(0,), n_writes=1, **jit_kwargs):
     names = exec_op_names(jfn)
     assert sum(n in INPLACE_OPS for n in names) == n_writes, names
     assert not FULL_SIZE_OPS.intersection(names), names
+    assert full_size_copies.find_full_size_copies(thunder.last_traces(jfn)[-1]) == []
     return jfn
 
 
@@ -109,6 +119,7 @@ def computation(k_cache, pos, k):
   return (t8,)""",
         )
 
+    @pytest.mark.keeps_stock_behaviour
     def test_functional_option_keeps_stock_trace(self):
         def f(buf, loc, k):
             buf[loc] = k
@@ -238,6 +249,7 @@ def test_forms_lower_to_one_inplace_write(case, dtype):
     check_inplace_write(fn, args)
 
 
+@pytest.mark.keeps_stock_behaviour
 def test_index_copy_requires_same_dtype_like_eager():
     def f(buf, idx, src):
         buf.index_copy_(0, idx, src)
@@ -320,6 +332,7 @@ def test_read_before_write_sees_old_data():
     check_inplace_write(_read_then_write, args)
 
 
+@pytest.mark.keeps_stock_behaviour
 def test_read_before_write_sees_old_data_thunderfx():
     args = (torch.randn(8, 4), I([2, 3]), torch.randn(2, 4), I([3, 1]))
     eager_args, fx_args = clone_args(args), clone_args(args)
@@ -369,6 +382,7 @@ def test_write_through_view_then_return_base():
     ],
     ids=["setitem", "index_copy_", "index_put_", "index_add_"],
 )
+@pytest.mark.keeps_stock_behaviour
 def test_out_of_range_index_raises_like_eager_and_keeps_buffer(fn, extra):
     buf, idx, v = torch.randn(4, 3), I([9]), torch.randn(1, 3)
     with pytest.raises(Exception) as eager_exc:
@@ -380,6 +394,7 @@ def test_out_of_range_index_raises_like_eager_and_keeps_buffer(fn, extra):
     assert torch.equal(jbuf, buf)
 
 
+@pytest.mark.keeps_stock_behaviour
 def test_wrong_shape_raises_like_eager():
     def f(buf, loc, k):
         buf[loc] = k
@@ -393,6 +408,7 @@ def test_wrong_shape_raises_like_eager():
     assert torch.equal(jbuf, buf)
 
 
+@pytest.mark.keeps_stock_behaviour
 def test_requires_grad_keeps_functional_path_and_grads():
     def f(x, loc, k):
         y = x * 1
@@ -436,6 +452,7 @@ def test_no_grad_buffer_write_in_grad_model():
     assert "setitem_" in exec_op_names(jfn)
 
 
+@pytest.mark.keeps_stock_behaviour
 def test_grad_flowing_value_keeps_functional_path():
     def f(w, buf, loc):
         buf[loc] = w[:1] * 2
@@ -469,6 +486,7 @@ def test_option_is_a_used_compile_option(capsys):
     assert "inplace_indexed_writes" in used
 
 
+@pytest.mark.keeps_stock_behaviour
 def test_functional_option_matches_eager():
     fn, make_args = _CASES["index_put_acc"]
     args = make_args(torch.float32)
@@ -581,6 +599,7 @@ def _view_read_then_write(buf, x, loc, k):
     return s
 
 
+@pytest.mark.keeps_stock_behaviour
 @pytest.mark.parametrize("entry", ["jit", "thunderfx"])
 def test_view_read_before_write_is_not_reordered(entry):
     # ThunderFX uses the "dataflow" fusion type, which reorders by data dependencies; the write has
@@ -598,6 +617,7 @@ def test_view_read_before_write_is_not_reordered(entry):
     assert torch.equal(c_args[0], eager_args[0])
 
 
+@pytest.mark.keeps_stock_behaviour
 def test_dataflow_fusion_type_under_jit():
     args = (torch.randn(8, 4), torch.rand(4), torch.arange(8), torch.full((8, 4), 100.0))
     eager_args, c_args = clone_args(args), clone_args(args)
@@ -623,6 +643,7 @@ def test_leaf_requiring_grad_under_no_grad_is_written_in_place():
     assert "setitem_" in exec_op_names(jfn)
 
 
+@pytest.mark.keeps_stock_behaviour
 def test_leaf_requiring_grad_under_grad_raises_like_eager():
     def f(w, idx, v):
         w[idx] = v
@@ -690,6 +711,7 @@ def test_thunderfx_write_through_view_of_input(mode):
     assert torch.equal(cache, ecache)
 
 
+@pytest.mark.keeps_stock_behaviour
 def test_thunderfx_grad_through_setitem():
     def f(x, idx, val):
         x = x.clone()

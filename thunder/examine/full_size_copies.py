@@ -18,10 +18,11 @@ What is reported, for a tensor that is a trace input or an alias or view of one:
 * ``functional <op>``: a functional ``index_copy``, ``index_put``, ``index_add``, ``index_fill``,
   ``scatter``, ``scatter_add``, ``masked_fill`` or ``masked_scatter`` of it whose result is copied
   back into it with ``copy_``;
-* ``copy_``: a ``copy_`` that overwrites all of it.
+* ``copy_``: a ``copy_`` that writes the result of one of the above back over all of it.
 
 Fusion regions are searched inside. In-place ops that write only the indexed elements are not
-reported.
+reported, and neither are whole-tensor in-place ops such as ``add_`` (Thunder's ``add`` + ``copy_``):
+eager writes every element of the destination for those too.
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ def find_full_size_copies(trace: TraceCtx) -> list[FullSizeCopy]:
     input_of: dict[str, str] = {t.name: t.name for t in _tensors((trace.args, trace.kwargs))}
     # output name of a functional indexed op on an input -> (its bsym, the input it was applied to)
     pending_functional: dict[str, tuple[BoundSymbol, TensorProxy]] = {}
+    # names of full-size copies already reported (clone, copy_with_setitem results)
+    full_size_results: set[str] = set()
     found: list[FullSizeCopy] = []
 
     for bsym in _walk(trace.bound_symbols):
@@ -124,18 +127,21 @@ def find_full_size_copies(trace: TraceCtx) -> list[FullSizeCopy]:
             if dst.name in input_of:
                 for o in outs:
                     input_of[o.name] = input_of[dst.name]
+                copies_back = src.name in full_size_results
                 if src.name in pending_functional:
                     fn_bsym, dest = pending_functional.pop(src.name)
                     found.append(
                         FullSizeCopy(f"functional {fn_bsym.sym.name}", input_of[dest.name], _line(fn_bsym),
                                      tuple(int(s) for s in dest.shape), _nbytes(dest))
                     )
-                if tuple(src.shape) == tuple(dst.shape):
+                    copies_back = True
+                if copies_back and tuple(src.shape) == tuple(dst.shape):
                     found.append(
                         FullSizeCopy("copy_", input_of[dst.name], _line(bsym), tuple(int(s) for s in dst.shape), _nbytes(dst))
                     )
         elif aliased and name in _CLONE_NAMES | _SETITEM_COPY_NAMES:
             kind = "clone" if name in _CLONE_NAMES else "copy_with_setitem"
+            full_size_results.update(o.name for o in outs)
             found.append(FullSizeCopy(kind, input_of[first.name], _line(bsym), tuple(int(s) for s in first.shape), _nbytes(first)))
         elif aliased and name in _FUNCTIONAL_INDEXED_NAMES and outs:
             pending_functional[outs[0].name] = (bsym, first)
