@@ -59,7 +59,10 @@ def check_inplace_write(fn, args, *, mutated=(0,), n_writes=1, **jit_kwargs):
     expected = fn(*eager_args)
     jfn = thunder.jit(fn, **jit_kwargs)
     ptrs = [jit_args[i].data_ptr() for i in mutated]
-    actual = jfn(*jit_args)
+    try:
+        actual = jfn(*jit_args)
+    except Exception as e:  # stock cannot trace some forms (index_add_ alpha, bool-mask index_put_)
+        pytest.fail(f"thunder.jit raised {type(e).__name__}: {e}")
     for i, p in zip(mutated, ptrs):
         assert jit_args[i].data_ptr() == p
         assert torch.equal(jit_args[i], eager_args[i]), i

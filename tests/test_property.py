@@ -116,28 +116,31 @@ def _check(case):
     args = _make(rows, inner, op, dtype, seed, n)
     fn(*eager_args)
     ptr = args[0].data_ptr()
-    if entry == "jit":
-        jfn = thunder.jit(fn)
-        jfn(*args)
-        copies = full_size_copies.find_full_size_copies(thunder.last_traces(jfn)[-1])
-    else:
-        compiled, backend = thunderfx(fn)
-        compiled(*args)
-        copies = full_copies_in(backend)
+    try:
+        if entry == "jit":
+            jfn = thunder.jit(fn)
+            jfn(*args)
+            copies = full_size_copies.find_full_size_copies(thunder.last_traces(jfn)[-1])
+        else:
+            compiled, backend = thunderfx(fn)
+            compiled(*args)
+            copies = full_copies_in(backend)
+    except Exception as e:  # stock cannot trace some forms (e.g. index_add_ with alpha)
+        pytest.fail(f"{op} {dtype} {entry} raised {type(e).__name__}: {e}")
     assert args[0].data_ptr() == ptr, "the write must land in the caller's storage"
     assert torch.equal(args[0], eager_args[0]), f"{op} {dtype} {entry}: buffer differs from eager"
     assert copies == [], copies
 
 
 @pytest.mark.claims_fix
-@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=10, deadline=None, derandomize=True, report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
 @given(cases())
 def test_indexed_writes_match_eager_without_full_copies(case):
     _check(case)
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=300, deadline=None, report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
 @given(cases())
 def test_indexed_writes_match_eager_without_full_copies_long(case):
     _check(case)
