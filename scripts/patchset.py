@@ -178,7 +178,7 @@ def apply_series(dest: Path) -> None:
 
 def compose(out: Path | None = None, *, force: bool = False) -> Path:
     """build/base = pristine base; build/patched (or `out`) = base + overlay + series."""
-    out = out or BUILD / "patched"
+    out = (out or BUILD / "patched").resolve()
     stamp = out / ".patchset-stamp"
     fingerprint = _inputs_fingerprint()
     base_dir = BUILD / "base"

@@ -10,11 +10,13 @@ ops_filter="index_copy or index_put or index_add or scatter or setitem or getite
 if [ "${1:-}" != fast ]; then
   suites+=(thunder/tests/test_dynamo.py)
 fi
+# A private composed copy, so that re-composing build/patched meanwhile does not disturb the run.
+.venv/bin/python scripts/patchset.py compose --out build/upstream-tests-patched --force >/dev/null
 for side in patched stock; do
-  if [ $side = patched ]; then py=.venv/bin/python; tree=build/patched; else py=scripts/python-stock; tree=build/base; fi
+  if [ $side = patched ]; then py=.venv/bin/python; tree=build/upstream-tests-patched; else py=scripts/python-stock; tree=build/base; fi
   echo "== $side ($tree)"
-  (cd "$tree" && "$root/$py" -m pytest -q -p no:cacheprovider "${suites[@]}" 2>&1 | tail -1)
+  (cd "$tree" && PYTHONPATH="$root/$tree" "$root/$py" -m pytest -q -p no:cacheprovider "${suites[@]}" 2>&1 | tail -1)
   if [ "${1:-}" != fast ]; then
-    (cd "$tree" && "$root/$py" -m pytest -q -p no:cacheprovider thunder/tests/test_ops.py -k "$ops_filter" 2>&1 | tail -1)
+    (cd "$tree" && PYTHONPATH="$root/$tree" "$root/$py" -m pytest -q -p no:cacheprovider thunder/tests/test_ops.py -k "$ops_filter" 2>&1 | tail -1)
   fi
 done
