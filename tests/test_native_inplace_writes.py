@@ -732,3 +732,53 @@ def test_thunderfx_grad_through_setitem():
     f(x, idx, val).sum().backward()
     torch.testing.assert_close(gx, x.grad)
     torch.testing.assert_close(gv, val.grad)
+
+
+class TestMoreTraces(TestCase):
+    def test_gpt_fast_cache_update_trace(self):
+        def f(k_cache, pos, k):
+            k_cache[:, :, pos] = k
+
+        jfn = check_inplace_write(f, (_bf16(1, 2, 16, 8), torch.tensor([6]), _bf16(1, 2, 1, 8)))
+        self.assertExpectedInline(
+            trace_body(jfn),
+            """\
+def computation(k_cache, pos, k):
+  # k_cache: "cpu bf16[1, 2, 16, 8]"
+  # pos: "cpu i64[1]"
+  # k: "cpu bf16[1, 2, 1, 8]"
+  (t4,) = update_aliases((k_cache,))
+  del k_cache
+  t5 = setitem_(t4, (slice(None,None,None), slice(None,None,None), pos), k)  # t5: "cpu bf16[1, 2, 16, 8]"
+  del t4
+  return ()""",
+        )
+
+
+def test_read_before_write_with_torch_compile_fusion_executor():
+    # The torch.compile fusion executor claims the elementwise ops around the write; the read of the
+    # rows about to be overwritten must still see the old values, the read after must see the new.
+    from thunder.executors.torch_compile import torch_compile_ex
+
+    def f(buf, loc, k, x):
+        # Exact ops only (x2, +, -), so generated kernels round exactly like eager.
+        before = buf[loc] * 2 + x - 1
+        buf[loc] = k
+        after = (buf[loc] + x) * 2
+        return before, after
+
+    args = (torch.randn(64, 4), torch.tensor([3, 9]), torch.randn(2, 4), torch.randn(2, 4))
+    eager_args, jit_args = clone_args(args), clone_args(args)
+    expected = f(*eager_args)
+    jfn = thunder.jit(f, executors=[torch_compile_ex, *thunder.get_default_executors()])
+    ptr = jit_args[0].data_ptr()
+    assert_same(expected, jfn(*jit_args))
+    assert jit_args[0].data_ptr() == ptr and torch.equal(jit_args[0], eager_args[0])
+    trace = thunder.last_traces(jfn)[-1]
+    fusions = [b for b in trace.bound_symbols if b.sym.is_fusion]
+    assert fusions, "no fusion region formed"
+    # torch.compile's executor may claim the in-place prim into its region; the write still happens
+    # exactly once and nothing copies the whole buffer.
+    names = [b.sym.name for top in trace.bound_symbols for b in (top.subsymbols if top.sym.is_fusion else [top])]
+    assert names.count("setitem_") == 1, names
+    assert full_size_copies.find_full_size_copies(trace) == []
