@@ -93,10 +93,13 @@ def _is_view_op(bsym: BoundSymbol) -> bool:
     return False
 
 
-def _walk(bsyms: Iterable[BoundSymbol]) -> Iterator[BoundSymbol]:
+def _walk(bsyms: Iterable[BoundSymbol], in_fusion: bool = False) -> Iterator[BoundSymbol]:
     for bsym in bsyms:
         if bsym.sym.is_fusion:
-            yield from _walk(bsym.subsymbols)
+            yield from _walk(bsym.subsymbols, in_fusion=True)
+        elif in_fusion and bsym.subsymbols and not bsym.sym.is_prim:
+            # A fusion region may hold composite ops (e.g. ltorch.setitem_); what runs is their decomposition.
+            yield from _walk(bsym.subsymbols, in_fusion=True)
         else:
             yield bsym
 
