@@ -170,6 +170,14 @@ class Unavailable(Exception):
     """The backend does not exist in this build (e.g. a policy the build rejects)."""
 
 
+def record_failure(row: dict, error: Exception) -> None:
+    """Keep a backend that is unavailable or fails in the report, with the reason, instead of dropping it."""
+    if isinstance(error, Unavailable):
+        row.update(status="unavailable", error=str(error))
+    else:
+        row.update(status="error", error=_short_error(error), traceback=traceback.format_exc()[-2000:])
+
+
 # ----------------------------------------------------------------------------------------------------
 # Helpers: trace inspection, timing, memory
 # ----------------------------------------------------------------------------------------------------
@@ -456,10 +464,8 @@ def run_setitem(n: int, keys, factory: BackendFactory, cfg: RepConfig, device, e
             row["correct"] = ok and ok_after
             row["correct_detail"] = "bitwise equal" if (ok and ok_after) else "buffer differs from eager"
             row.update(thunder_info(c))
-        except Unavailable as e:
-            row.update(status="unavailable", error=str(e))
         except Exception as e:
-            row.update(status="error", error=_short_error(e), traceback=traceback.format_exc()[-2000:])
+            record_failure(row, e)
         finally:
             c = None
             buf = None
@@ -657,10 +663,8 @@ def run_pool(workload: str, n: int, keys, factory: BackendFactory, cfg: RepConfi
             row.update(summarize(times), status="ok", first_call_us=step_us[0], capped=capped,
                        correct=ok, correct_detail=detail)
             row.update(thunder_info(c))
-        except Unavailable as e:
-            row.update(status="unavailable", error=str(e))
         except Exception as e:
-            row.update(status="error", error=_short_error(e), traceback=traceback.format_exc()[-2000:])
+            record_failure(row, e)
         finally:
             kb = vb = c = logits = None
             reset_compilers()
@@ -739,10 +743,8 @@ def run_hf(max_cache_len: int, keys, factory: BackendFactory, cfg: RepConfig, de
                        correct_detail=(f"greedy tokens equal ({HF_CHECK_STEPS} steps)" if same else
                                        f"WRONG: greedy tokens {toks[:HF_CHECK_STEPS + 1]} != eager {ref_tokens}"))
             row.update(thunder_info(c))
-        except Unavailable as e:
-            row.update(status="unavailable", error=str(e))
         except Exception as e:
-            row.update(status="error", error=_short_error(e), traceback=traceback.format_exc()[-2000:])
+            record_failure(row, e)
         finally:
             c = None
             reset_compilers()
