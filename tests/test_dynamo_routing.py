@@ -317,3 +317,31 @@ del t4
 return ()""",
         )
         assert full_copies_in(backend) == []
+
+
+def _add_one_then_masked_fill_then_write(buf, loc, k):
+    x = buf.add_(1)
+    x.masked_fill_(x > 5, 0.0)
+    x[loc] = k
+    return x.sum()
+
+
+def _add_one_then_write(buf, loc, k):
+    x = buf.add_(1)
+    x[loc] = k
+    return x.sum()
+
+
+@pytest.mark.keeps_stock_behaviour
+@pytest.mark.parametrize("policy", ["inplace", "inductor"])
+@pytest.mark.parametrize("fn", [_add_one_then_masked_fill_then_write, _add_one_then_write])
+def test_write_through_the_result_of_an_inplace_op_runs_that_op_once(fn, policy):
+    # Regression: the chain moved with a routed write held `buf.add_(1)`, which then ran twice
+    # (33.0 instead of 24.0 and a wrong buffer, no error). Only pure views may move with a write.
+    make_args = lambda: (torch.ones(4, 3), torch.tensor([1]), torch.zeros(1, 3))
+    eager_args, args = make_args(), make_args()
+    expected = fn(*eager_args)
+    compiled, backend = thunderfx(fn, inplace_indexed_writes=policy)
+    result = compiled(*args)
+    assert torch.equal(result, expected), f"{float(result)} != eager's {float(expected)}"
+    _assert_same(eager_args, args)

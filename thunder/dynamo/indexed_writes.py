@@ -176,15 +176,51 @@ class IndexedWrite:
         )
 
 
+#: Tensor methods and ``torch`` functions that return a view of their first argument without writing
+#: anything. Only these may sit in the view chain moved with a routed write: the chain is re-created next
+#: to the write, so anything with an effect (``x = buf.add_(1)``) would run twice.
+PURE_VIEW_OPS: frozenset[str] = frozenset(
+    {
+        "view", "view_as", "reshape", "reshape_as", "select", "narrow", "transpose", "swapaxes", "swapdims",
+        "t", "permute", "movedim", "moveaxis", "squeeze", "unsqueeze", "expand", "expand_as", "flatten",
+        "unflatten", "diagonal", "as_strided", "unfold", "detach", "alias", "view_as_real", "view_as_complex",
+        "real", "imag", "adjoint",
+    }
+)
+
+
+def _is_pure_view(node: torch.fx.Node) -> bool:
+    """Whether ``node`` only makes a view of its first argument (no write, no copy of data)."""
+    if node.op == "call_method":
+        return node.target in PURE_VIEW_OPS
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if target is operator.getitem:
+        # Basic indexing (ints, slices, None, Ellipsis) is a view; a tensor or list key is a gather.
+        key = node.args[1] if len(node.args) > 1 else None
+        return not any(isinstance(k, (torch.fx.Node, list)) for k in (key if isinstance(key, tuple) else (key,)))
+    if isinstance(target, torch._ops.OpOverload):
+        # aten: a non-mutable schema whose output aliases an input (aten.select.int, aten.view.default, ...)
+        schema = target._schema
+        return not schema.is_mutable and any(r.alias_info is not None for r in schema.returns)
+    name = getattr(target, "__name__", None)
+    return name in PURE_VIEW_OPS and (getattr(torch, name, None) is target or getattr(torch.Tensor, name, None) is target)
+
+
 def _view_chain_to_input(dest: torch.fx.Node, inputs: dict[StorageWeakRef, torch.fx.Node]):
     """Walk from ``dest`` back to the graph input it aliases, through first tensor arguments that
-    share its storage. Returns ``(input, chain)`` or ``None`` if ``dest`` aliases no input."""
+    share its storage. Returns ``(input, chain)``, or ``None`` if ``dest`` aliases no input or the
+    path to it holds anything but pure view ops (:func:`_is_pure_view`): such a write stays in Thunder."""
     storage = _storage(dest)
     if storage is None or storage not in inputs:
         return None
     chain: list[torch.fx.Node] = []
     node = dest
     while node.op not in ("placeholder", "get_attr"):
+        if not _is_pure_view(node):
+            # E.g. ``x = buf.add_(1); x[loc] = k``: re-creating ``x`` next to the write would add 1 twice.
+            return None
         chain.append(node)
         parent = next((a for a in node.all_input_nodes if _storage(a) == storage), None)
         if parent is None:
