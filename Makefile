@@ -19,8 +19,9 @@ test-slow: setup
 	$(PYTEST) tests -q -m slow
 
 # The main job: the KV-cache write benchmark (eager, Inductor, stock Thunder, patched Thunder).
+# scripts/bench.py runs thunder.benchmarks.inplace_writes here and under $(STOCK) in a child process.
 bench: setup
-	$(PY) -m thunder.benchmarks.inplace_writes $(ARGS)
+	$(PY) scripts/bench.py $(ARGS)
 
 upstream-diff: setup
 	$(PY) scripts/patchset.py upstream-diff
