@@ -3,16 +3,24 @@ PY      := .venv/bin/python
 STOCK   := scripts/python-stock
 ARGS    ?=
 PYTEST  := $(PY) -m pytest
+# Base for edit/export/upstream-diff: 0.2.6 (the PyPI release) or main (upstream main, ../shared/upstream).
+BASE    ?= 0.2.6
 
-.PHONY: setup test test-slow bench upstream-diff edit export stock-fails upstream-tests wheel clean
+.PHONY: setup test test-main test-slow bench upstream-diff edit export check-series stock-fails upstream-tests wheel clean
 
 setup:
 	bash scripts/setup.sh
 
-# The README's test command; .ci/run calls exactly this.
+# The README's test command; .ci/run calls exactly this. The suite runs on the 0.2.6 build, then on
+# the series composed on upstream main (scripts/test-main.sh: build/patched-main, stock = pristine main).
 test: setup
 	$(PY) scripts/patchset.py upstream-diff
 	$(PYTEST) tests -q -m "not slow"
+	bash scripts/test-main.sh -q -m "not slow"
+
+# The suite on upstream main only.
+test-main: setup
+	bash scripts/test-main.sh -q -m "not slow"
 
 # Long property-based profile and heavy sweeps (run by hand, not in CI).
 test-slow: setup
@@ -24,14 +32,19 @@ bench: setup
 	$(PY) scripts/bench.py $(ARGS)
 
 upstream-diff: setup
-	$(PY) scripts/patchset.py upstream-diff
+	$(PY) scripts/patchset.py upstream-diff --base $(BASE)
 
-# Series editing round trip: see CONTRIBUTING.md.
+# Series editing round trip (BASE=main: the patches/main/ variants): see CONTRIBUTING.md.
 edit:
-	$(PY) scripts/patchset.py edit
+	$(PY) scripts/patchset.py edit --base $(BASE)
 export:
-	$(PY) scripts/patchset.py export
+	$(PY) scripts/patchset.py export --base $(BASE)
 	bash scripts/setup.sh
+
+# Bisectability: every prefix of the series on 0.2.6 (compose, import, upstream fast suites), then the
+# whole series on main (compose, import, upstream fast suites, tests/). One summary line at the end.
+check-series: setup
+	$(PY) scripts/check_series.py
 
 # The fix's tests run against the pristine base: they must fail there (at their assertions).
 stock-fails: setup

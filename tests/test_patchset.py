@@ -1,0 +1,114 @@
+"""The series tooling (scripts/patchset.py): the series format, the added-file claims, and the
+edit/export round trip on both bases (a copy of the repository's patches and thunder/ comes back
+byte for byte, main variants included). No Thunder import: this checks the repository, not a build."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from _support import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+import patchset  # noqa: E402
+
+
+def _entries(tmp_path: Path, text: str):
+    series = tmp_path / "series"
+    series.write_text(text)
+    return patchset.read_series(series, check_files=False)
+
+
+def test_series_format(tmp_path):
+    entries = _entries(
+        tmp_path,
+        "# header\n\n0001-a.patch  thunder/x.py   # trailing comment\n    thunder/y/\n0002-b.patch\n"
+        "0003-c.patch thunder/z*.py thunder/w.py\n",
+    )
+    assert [(e.name, e.claims) for e in entries] == [
+        ("0001-a.patch", ["thunder/x.py", "thunder/y/"]),
+        ("0002-b.patch", []),
+        ("0003-c.patch", ["thunder/z*.py", "thunder/w.py"]),
+    ]
+    again = _entries(tmp_path, patchset.format_series(entries, ["# header"]))
+    assert [(e.name, e.claims) for e in again] == [(e.name, e.claims) for e in entries]
+    with pytest.raises(patchset.PatchSetError, match="under thunder/"):
+        _entries(tmp_path, "0001-a.patch tests/x.py\n")
+    with pytest.raises(patchset.PatchSetError, match="twice"):
+        _entries(tmp_path, "0001-a.patch\n0001-a.patch\n")
+
+
+def test_claims_each_file_once():
+    E = patchset.Entry
+    files = ["thunder/a.py", "thunder/pkg/__init__.py", "thunder/pkg/m.py", "thunder/zz_1.py"]
+    got = patchset.assign_added_files([E("1", ["thunder/a.py", "thunder/zz_*.py"]), E("2", ["thunder/pkg/"])], files)
+    assert got == {"1": ["thunder/a.py", "thunder/zz_1.py"], "2": ["thunder/pkg/__init__.py", "thunder/pkg/m.py"]}
+    # A directory claimed without its trailing slash, a glob over a directory.
+    assert patchset.assign_added_files([E("1", ["thunder/pkg", "thunder/[az]*"])], files)["1"] == sorted(files)
+    with pytest.raises(patchset.PatchSetError, match="no patch claims.*thunder/pkg/m.py"):
+        patchset.assign_added_files([E("1", ["thunder/a.py", "thunder/zz_1.py", "thunder/pkg/__init__.py"])], files)
+    with pytest.raises(patchset.PatchSetError, match="more than one patch"):
+        patchset.assign_added_files([E("1", ["thunder/"]), E("2", ["thunder/a.py"])], files)
+    with pytest.raises(patchset.PatchSetError, match="match no file.*thunder/gone.py"):
+        patchset.assign_added_files([E("1", ["thunder/", "thunder/gone.py"])], files)
+
+
+def test_repository_series_claims_every_added_file():
+    entries = patchset.read_series()
+    assigned = patchset.assign_added_files(entries)
+    assert sorted(f for fs in assigned.values() for f in fs) == patchset.overlay_files()
+    # Every variant for main belongs to an entry of the series.
+    assert set(patchset.main_variants(entries)) <= {e.name for e in entries}
+
+
+def test_filter_patch_keeps_only_base_files():
+    text = (
+        "From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] x\n\nwhy\n\n"
+        "diff --git a/thunder/new.py b/thunder/new.py\nnew file mode 100644\n--- /dev/null\n+++ b/thunder/new.py\n@@ -0,0 +1 @@\n+x\n"
+        "diff --git a/thunder/old.py b/thunder/old.py\n--- a/thunder/old.py\n+++ b/thunder/old.py\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    out = patchset.filter_patch(text, lambda p: p == "thunder/old.py")
+    assert "thunder/new.py" not in out and "+b\n" in out and out.startswith("From 0")
+    header_only = patchset.filter_patch(text, lambda p: False)
+    assert "diff --git" not in header_only and patchset.patch_header(header_only) == patchset.patch_header(text)
+
+
+def _tree_digest(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for top in ("patches", "thunder")
+        for p in sorted((root / top).rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def test_edit_export_round_trip(tmp_path):
+    """make edit + make export with no change in between rewrites nothing, on 0.2.6 and on main."""
+    wheel = REPO / ".cache" / "base" / patchset.BASE_PIN["wheel"]
+    if not wheel.exists():
+        pytest.skip("the base wheel is not in .cache/ (run make setup)")
+    repo = tmp_path / "repo"
+    for top in ("scripts", "patches", "thunder"):
+        shutil.copytree(REPO / top, repo / top, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (repo / ".cache" / "base").mkdir(parents=True)
+    shutil.copy2(wheel, repo / ".cache" / "base" / wheel.name)
+    tarball = (REPO / patchset.MAIN_PIN["tarball"]).resolve()
+    if tarball.exists():
+        (repo / patchset.MAIN_PIN["tarball"]).resolve().parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(tarball, (repo / patchset.MAIN_PIN["tarball"]).resolve())
+    before = _tree_digest(repo)
+    script = [sys.executable, str(repo / "scripts" / "patchset.py")]
+    bases = [patchset.DEFAULT_BASE] + (["main"] if tarball.exists() else [])
+    for base in bases:
+        for cmd in ("edit", "export"):
+            proc = subprocess.run([*script, cmd, "--base", base], cwd=repo, capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert _tree_digest(repo) == before, f"round trip on {base} changed the repository"
+    if not tarball.exists():
+        pytest.skip(f"main part skipped: {patchset.MAIN_PIN['tarball']} is missing")
