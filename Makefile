@@ -15,8 +15,8 @@ setup:
 # the series composed on upstream main (scripts/test-main.sh: build/patched-main, stock = pristine main).
 test: setup
 	$(PY) scripts/patchset.py upstream-diff
-	$(PYTEST) tests -q -m "not slow"
-	bash scripts/test-main.sh -q -m "not slow"
+	status=0; $(PYTEST) tests -q -m "not slow" || status=1; \
+	echo "== tests/ on upstream main"; bash scripts/test-main.sh -q -m "not slow" || status=1; exit $$status
 
 # The suite on upstream main only.
 test-main: setup

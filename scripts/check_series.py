@@ -155,6 +155,8 @@ def check_main(pytest_args: list[str]) -> tuple[bool, str]:
         return False, "main: compose FAILED"
     variants = [p.name[:4] for _, p, _ in selected if p.parent != patchset.PATCHES]
     ok, text, counts = check_tree("main-upstream", tree, selected)
+    if stale := patchset.stale_variant_messages(selected):
+        ok, text = False, text + f"; FAILED: variants with another message than the 0.2.6 patch: {stale}"
     passed = counts.get("passed", 0)
     print(f"main (series of {len(selected)}, variants {', '.join(variants) or 'none'}): {text} [{time.monotonic() - t0:.0f} s]", flush=True)
     if not text.startswith("import ok"):

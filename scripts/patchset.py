@@ -411,6 +411,14 @@ def resolved_series(base: Base | str, upto: int | None = None) -> list[tuple[Ent
     return out if upto is None else out[:upto]
 
 
+def stale_variant_messages(selected) -> list[str]:
+    """Variants whose message is no longer the 0.2.6 patch's (reworded there): re-export them."""
+    return [
+        patch.name for entry, patch, _ in selected
+        if patch.parent != PATCHES and patch_header(patch.read_text()) != patch_header((PATCHES / entry.name).read_text())
+    ]
+
+
 def patch_header(text: str) -> str:
     """A git-format patch up to its first diff: the mail header and the commit message."""
     i = text.find("\ndiff --git ")
@@ -498,6 +506,9 @@ def compose(out: Path | None = None, *, base: Base | str = DEFAULT_BASE, upto: i
     finally:
         if staging.exists():
             shutil.rmtree(staging)
+    if stale := stale_variant_messages(selected):
+        print(f"patchset: warning: patches/main/ variants whose message differs from the {DEFAULT_BASE} patch's: "
+              f"{stale}; refresh them (make edit BASE=main; make export BASE=main)", file=sys.stderr)
     if not quiet:
         n_added = sum(len(a) for _, _, a in selected)
         n_var = sum(p.parent != PATCHES for _, p, _ in selected)
