@@ -11,16 +11,15 @@ BASE    ?= 0.2.6
 setup:
 	bash scripts/setup.sh
 
-# The README's test command; .ci/run calls exactly this. The suite runs on the 0.2.6 build, then on
-# the series composed on upstream main (scripts/test-main.sh: build/patched-main, stock = pristine main).
+# The README's test command; .ci/run calls exactly this. The suite (the series' upstream-layout tests in
+# the composed tree, then tests/) on the 0.2.6 build, then on the series composed on upstream main.
 test: setup
-	$(PY) scripts/patchset.py upstream-diff
-	status=0; $(PYTEST) tests -q -m "not slow" || status=1; \
-	echo "== tests/ on upstream main"; bash scripts/test-main.sh -q -m "not slow" || status=1; exit $$status
+	status=0; bash scripts/run-tests.sh 0.2.6 -q -m "not slow" || status=1; \
+	echo "== on upstream main"; bash scripts/run-tests.sh main -q -m "not slow" || status=1; exit $$status
 
 # The suite on upstream main only.
 test-main: setup
-	bash scripts/test-main.sh -q -m "not slow"
+	bash scripts/run-tests.sh main -q -m "not slow"
 
 # Long property-based profile and heavy sweeps (run by hand, not in CI).
 test-slow: setup

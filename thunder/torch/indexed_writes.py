@@ -1,18 +1,18 @@
 """How thunder.torch lowers in-place indexed writes.
 
-PyTorch's in-place indexed writes (``a[key] = v``, ``Tensor.index_copy_``, ``index_add_``,
-``index_put_``, ``scatter_`` and ``scatter_add_``) change only the indexed elements of ``a``. They
-are lowered to one of:
+PyTorch's in-place indexed writes (``a[key] = v``, ``Tensor.index_copy_``, ``index_add_``, ``index_fill_``,
+``index_put_``, ``scatter_``, ``scatter_add_``, ``scatter_reduce_``, ``masked_fill_`` and ``masked_scatter_``)
+change only the selected elements of ``a``. ``thunder.torch`` lowers each of them to one of:
 
-- ``"inplace"`` (the default): the matching in-place prim (``prims.setitem_``,
-  ``prims.index_copy_``, ...), which writes just the indexed elements of ``a``;
-- ``"functional"``: the functional op, which builds an updated copy of all of ``a``, followed by
-  ``prims.copy_`` of that copy into ``a`` (the lowering of thunder 0.2.6 and earlier).
+- the matching in-place prim (``prims.setitem_``, ``prims.index_copy_``, ...), which writes just those
+  elements (compile option ``inplace_indexed_writes="inplace"``, the default, or ``"inductor"``);
+- the functional op, which builds an updated copy of all of ``a``, followed by ``prims.copy_`` of that
+  copy into ``a`` (``inplace_indexed_writes="functional"``, the lowering of thunder 0.2.6 and earlier).
 
-The mode is chosen with the compile option ``inplace_indexed_writes``, e.g.
-``thunder.jit(fn, inplace_indexed_writes="functional")``. Even in ``"inplace"`` mode the
-functional lowering is kept when a gradient may flow through the write (grad mode is enabled and
-the destination or the written value requires grad), because the in-place prims have no grad rule.
+The functional lowering is also used, whatever the option, when a gradient may flow through the write
+(grad mode is on and the destination or a written value may require grad): the in-place prims have no
+grad rule. Ops with no differentiable functional form (``scatter_reduce_``, ``scatter_`` with ``reduce``)
+raise ``NotImplementedError`` there instead.
 """
 
 from __future__ import annotations
@@ -24,50 +24,41 @@ import torch
 
 from thunder.core import dtypes
 from thunder.core.compile_data import get_compile_data, get_compile_option
+from thunder.core.options import INPLACE_INDEXED_WRITES_OPTIONS, resolve_inplace_indexed_writes_option
 from thunder.core.proxies import ProxyTag, TensorProxy
 from thunder.core.trace import get_tracectx
+from thunder.core.update_aliases import _is_inplace_op, _is_view_creation_op
 
 __all__ = [
-    "INPLACE_INDEXED_WRITES_OPTION",
-    "INPLACE_INDEXED_WRITES_MODES",
-    "validate_inplace_indexed_writes_option",
     "use_inplace_indexed_write",
+    "may_require_grad",
+    "shares_storage_in_trace",
     "mark_detached",
 ]
-
-INPLACE_INDEXED_WRITES_OPTION = "inplace_indexed_writes"
-INPLACE_INDEXED_WRITES_MODES = ("inplace", "functional")
-_DEFAULT_MODE = "inplace"
-
-
-def validate_inplace_indexed_writes_option(compile_options: dict[str, Any]) -> None:
-    """Raises a ValueError if ``compile_options`` holds an unknown ``inplace_indexed_writes`` mode."""
-    mode = compile_options.get(INPLACE_INDEXED_WRITES_OPTION, _DEFAULT_MODE)
-    if mode not in INPLACE_INDEXED_WRITES_MODES:
-        raise ValueError(
-            f"Unknown value {mode!r} for the compile option {INPLACE_INDEXED_WRITES_OPTION!r}; "
-            f"expected one of {INPLACE_INDEXED_WRITES_MODES}"
-        )
 
 
 def use_inplace_indexed_write(destination: TensorProxy, *values: Any) -> bool:
     """Whether an in-place indexed write of ``destination`` (with ``values`` written into it) is
     lowered to an in-place prim (:obj:`True`) or to a functional op plus ``prims.copy_`` (:obj:`False`).
     """
-    mode = get_compile_option(
-        INPLACE_INDEXED_WRITES_OPTION,
-        "Lower in-place indexed writes (setitem, index_copy_, index_put_, index_add_, scatter_, scatter_add_) "
-        "to in-place prims ('inplace', the default) or to a functional op and copy_ ('functional')",
+    option = get_compile_option(
+        "inplace_indexed_writes",
+        "Lower in-place indexed writes (setitem, index_copy_, index_put_, index_add_, index_fill_, scatter_, "
+        "scatter_add_, scatter_reduce_, masked_fill_, masked_scatter_) to in-place prims ('inplace', the default, "
+        "or 'inductor') or to a functional op and copy_ ('functional')",
     )
-    if (mode or _DEFAULT_MODE) == "functional":
+    if resolve_inplace_indexed_writes_option(option) is INPLACE_INDEXED_WRITES_OPTIONS.FUNCTIONAL:
         return False
+    # The in-place prims have no grad rule; the functional lowering is differentiable.
+    return not may_require_grad(destination, *values)
 
+
+def may_require_grad(*tensors: Any) -> bool:
+    """Whether grad mode is on and a gradient may flow into any of ``tensors`` (proxies of the trace
+    being built). Over-approximates: a false positive only costs the functional lowering."""
     cd = get_compile_data()
     grad_enabled = cd.is_grad_enabled if cd is not None else torch.is_grad_enabled()
-    if grad_enabled and _may_require_grad(destination, *values):
-        # The in-place prims have no grad rule; the functional lowering is differentiable.
-        return False
-    return True
+    return grad_enabled and _may_require_grad(*tensors)
 
 
 def mark_detached(write_result: TensorProxy) -> TensorProxy:
@@ -108,8 +99,6 @@ class _GradFlow:
         return p.requires_grad or p.name in self.names or self.find(p.name) in self.written_roots
 
     def scan(self, bsym) -> None:
-        from thunder.core.update_aliases import _is_inplace_op, _is_view_creation_op
-
         args = [a for a in bsym.flat_proxy_args if isinstance(a, TensorProxy)]
         outs = [o for o in bsym.flat_proxy_outs if isinstance(o, TensorProxy)]
         if args and _is_view_creation_op(bsym):
@@ -127,9 +116,9 @@ class _GradFlow:
 _grad_flows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _may_require_grad(*tensors: Any) -> bool:
-    if any(isinstance(t, TensorProxy) and t.requires_grad for t in tensors):
-        return True
+def _query_grad_flow(query) -> bool:
+    """``query(flow)`` on the grad flow of the trace being built, including the symbols still being traced
+    (the write is part of their decomposition), which are scanned without memoization."""
     trace = get_tracectx()
     if trace is None:
         return False
@@ -140,9 +129,8 @@ def _may_require_grad(*tensors: Any) -> bool:
     for bsym in top[flow.scanned :]:
         flow.scan(bsym)
     flow.scanned = len(top)
-    if any(map(flow.may_require_grad, tensors)):
+    if query(flow):
         return True
-    # Symbols being traced (the write is part of their decomposition): scanned without memoization
     inner = [bsym for scope in trace.scopes[1:] for bsym in scope]
     if not inner:
         return False
@@ -150,6 +138,22 @@ def _may_require_grad(*tensors: Any) -> bool:
     try:
         for bsym in inner:
             flow.scan(bsym)
-        return any(map(flow.may_require_grad, tensors))
+        return query(flow)
     finally:
         flow.names, flow.parent, flow.written_roots = saved
+
+
+def _may_require_grad(*tensors: Any) -> bool:
+    if any(isinstance(t, TensorProxy) and t.requires_grad for t in tensors):
+        return True
+    return _query_grad_flow(lambda flow: any(map(flow.may_require_grad, tensors)))
+
+
+def shares_storage_in_trace(t: TensorProxy) -> bool:
+    """Whether ``t`` is a view made in the trace being built, or has such views."""
+
+    def query(flow: _GradFlow) -> bool:
+        root = flow.find(t.name)
+        return root != t.name or any(flow.find(name) == root for name in flow.parent if name != t.name)
+
+    return isinstance(t, TensorProxy) and _query_grad_flow(query)

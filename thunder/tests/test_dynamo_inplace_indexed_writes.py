@@ -1,0 +1,252 @@
+"""ThunderFX and in-place indexed writes (the compile option ``inplace_indexed_writes``).
+
+Under the default, ``"inplace"``, every write form stays in the Thunder segment and is written in place.
+Under ``"inductor"`` the writes whose destination is a graph input and which Inductor updates in place
+(``__setitem__``, ``index_copy_``, ``index_put_``, ``index_add_``) become Inductor segments; the rest stay
+in Thunder. Every form is compared bitwise with eager (the caller's buffer after the call), and the peak
+memory of one call (which sees copies inside Inductor segments too) must stay far below the buffer.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from expecttest import TestCase
+
+import thunder
+from thunder.dynamo import ThunderCompiler
+from thunder.examine.full_size_copies import find_full_size_copies, peak_memory_growth
+
+
+def _thunderfx(fn, **options):
+    torch._dynamo.reset()
+    backend = ThunderCompiler(**options)
+    return torch.compile(fn, backend=backend), backend
+
+
+def _split_reasons(backend) -> list[str]:
+    return [r.reason_type.name for info in backend.subgraph_infos for r in (info.split_reasons or [])]
+
+
+def _thunder_traces(backend):
+    return [thunder.last_traces(fn)[-1] for info in backend.subgraph_infos for fn in info.thunder_compiled_fns]
+
+
+def _full_copies(backend) -> list:
+    return [c for trace in _thunder_traces(backend) for c in find_full_size_copies(trace)]
+
+
+def _assert_same(expected, actual):
+    e_leaves, a_leaves = torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(actual)
+    assert len(e_leaves) == len(a_leaves)
+    for e, a in zip(e_leaves, a_leaves):
+        if isinstance(e, torch.Tensor):
+            assert e.dtype == a.dtype and torch.equal(e, a), (e, a)
+        else:
+            assert e == a
+
+
+def _cache(*shape, dtype=torch.float32):
+    return torch.arange(torch.Size(shape).numel(), dtype=torch.float32).reshape(shape).to(dtype)
+
+
+# (id, fn, make_args). Every destination is a graph input or a view of one.
+WRITE_FORMS = [
+    ("setitem_tensor_key", lambda b, i, v: b.__setitem__(i, v), lambda: (_cache(32, 4), torch.tensor([3, 7]), -torch.ones(2, 4))),
+    ("setitem_int_key", lambda b, v: b.__setitem__(5, v), lambda: (_cache(32, 4), -torch.ones(4))),
+    ("setitem_slice_key", lambda b, v: b.__setitem__(slice(2, 6), v), lambda: (_cache(32, 4), -torch.ones(4, 4))),
+    ("setitem_ellipsis_key", lambda b, v: b.__setitem__((Ellipsis, 1), v), lambda: (_cache(8, 4, 3), -torch.ones(8, 4))),
+    ("setitem_bool_mask", lambda b, m: b.__setitem__(m, 0.0), lambda: (_cache(32, 4), _cache(32, 4) % 3 == 0)),
+    ("setitem_scalar_value", lambda b, i: b.__setitem__(i, 7.0), lambda: (_cache(32, 4), torch.tensor([0, 31]))),
+    ("view_chain_layer_then_loc", lambda c, i, v: c[1].__setitem__(i, v), lambda: (_cache(3, 16, 4), torch.tensor([2]), -torch.ones(1, 4))),
+    ("tuple_key_layer_loc", lambda c, i, v: c.__setitem__((1, i), v), lambda: (_cache(3, 16, 4), torch.tensor([2, 9]), -torch.ones(2, 4))),
+    ("gpt_fast_slices_then_pos", lambda c, p, v: c.__setitem__((slice(None), slice(None), p), v), lambda: (_cache(1, 2, 16, 4), torch.tensor([5]), -torch.ones(1, 2, 1, 4))),
+    ("view_chain_transpose", lambda c, i, v: c.transpose(0, 1).__setitem__(i, v), lambda: (_cache(4, 16), torch.tensor([3]), -torch.ones(1, 4))),
+    ("index_copy_hf_static_cache", lambda c, p, v: c.index_copy_(2, p, v), lambda: (_cache(1, 2, 16, 4), torch.tensor([6]), -torch.ones(1, 2, 1, 4))),
+    ("index_copy_via_view", lambda c, p, v: c[0].index_copy_(1, p, v), lambda: (_cache(2, 2, 16, 4), torch.tensor([6, 1]), -torch.ones(2, 2, 4))),
+    ("index_put_", lambda b, i, v: b.index_put_((i,), v), lambda: (_cache(32, 4), torch.tensor([3, 9]), -torch.ones(2, 4))),
+    ("torch_index_put_accumulate", lambda b, i, v: torch.index_put_(b, (i,), v, accumulate=True), lambda: (_cache(32, 4), torch.tensor([3, 3]), torch.ones(2, 4))),
+    ("aten_index_put_overload", lambda b, i, v: torch.ops.aten.index_put_.default(b, [i], v), lambda: (_cache(32, 4), torch.tensor([4]), -torch.ones(1, 4))),
+    ("index_add_alpha", lambda b, i, v: b.index_add_(0, i, v, alpha=2), lambda: (_cache(32, 4), torch.tensor([1, 1, 5]), torch.ones(3, 4))),
+    ("index_fill_", lambda b, i: b.index_fill_(1, i, -1.0), lambda: (_cache(32, 4), torch.tensor([0, 2]))),
+    ("scatter_src", lambda b, i, v: b.scatter_(0, i, v), lambda: (_cache(32, 4), torch.tensor([[1, 2, 3, 4]]), -torch.ones(1, 4))),
+    ("scatter_value", lambda b, i: b.scatter_(1, i, 9.0), lambda: (_cache(32, 4), torch.tensor([[1], [3]]))),
+    ("scatter_add_", lambda b, i, v: b.scatter_add_(0, i, v), lambda: (_cache(32, 4), torch.tensor([[1, 1, 2, 2]]), torch.ones(1, 4))),
+    ("scatter_reduce_", lambda b, i, v: b.scatter_reduce_(0, i, v, "amax"), lambda: (_cache(32, 4), torch.tensor([[1, 1, 2, 2]]), 1000 * torch.ones(1, 4))),
+    ("masked_fill_", lambda b, m: b.masked_fill_(m, -3.0), lambda: (_cache(32, 4), _cache(32, 4) % 5 == 1)),
+    ("bf16_setitem", lambda b, i, v: b.__setitem__(i, v), lambda: (_cache(32, 8, dtype=torch.bfloat16), torch.tensor([1]), -torch.ones(1, 8, dtype=torch.bfloat16))),
+    ("int64_index_copy", lambda b, i, v: b.index_copy_(0, i, v), lambda: (_cache(32, 4, dtype=torch.int64), torch.tensor([2]), -torch.ones(1, 4, dtype=torch.int64))),
+]
+
+
+
+ROUTED_UNDER_INDUCTOR = {
+    "setitem_tensor_key", "setitem_int_key", "setitem_slice_key", "setitem_ellipsis_key", "setitem_bool_mask",
+    "setitem_scalar_value", "tuple_key_layer_loc", "gpt_fast_slices_then_pos", "index_copy_hf_static_cache",
+    "index_put_", "torch_index_put_accumulate", "aten_index_put_overload", "index_add_alpha", "bf16_setitem",
+    "int64_index_copy",
+}
+
+
+@pytest.mark.parametrize("option", ["inplace", "inductor"])
+@pytest.mark.parametrize("form, fn, make_args", [pytest.param(i, f, m, id=i) for i, f, m in WRITE_FORMS])
+def test_write_forms_match_eager_without_full_copies(form, fn, make_args, option):
+    eager_args, args = make_args(), make_args()
+    fn(*eager_args)
+    compiled, backend = _thunderfx(fn, inplace_indexed_writes=option)
+    compiled(*args)
+    _assert_same(eager_args, args)
+    assert _full_copies(backend) == []
+    routed = option == "inductor" and form in ROUTED_UNDER_INDUCTOR
+    assert ("INPLACE_INDEXED_WRITE" in _split_reasons(backend)) == routed, _split_reasons(backend)
+
+
+_ROWS = 1 << 19  # [_ROWS, 32] float32: 64 MiB
+_LOC = torch.tensor([7, 70_000])
+_BIG_FORMS = {
+    "setitem": lambda b: b.__setitem__(_LOC, torch.ones(2, 32)),
+    "index_copy_": lambda b: b.index_copy_(0, _LOC, torch.ones(2, 32)),
+    "index_put_": lambda b: b.index_put_((_LOC,), torch.ones(2, 32), accumulate=True),
+    "index_add_": lambda b: b.index_add_(0, _LOC, torch.ones(2, 32)),
+    "setitem_slice": lambda b: b.__setitem__(slice(5, 9), 1.0),
+    "setitem_bool_mask": lambda b: b.__setitem__(b[:, 0] > 1e9, 2.0),
+    "setitem_tuple_key": lambda b: b.__setitem__((_LOC, slice(0, 4)), torch.ones(2, 4)),
+    "setitem_through_view": lambda b: b.view(2, _ROWS // 2, 32)[1].__setitem__(_LOC, torch.ones(2, 32)),
+    "scatter_": lambda b: b.scatter_(0, _LOC[:, None].expand(2, 32), torch.ones(2, 32)),
+    "scatter_reduce_": lambda b: b.scatter_reduce_(0, _LOC[:, None].expand(2, 32), torch.ones(2, 32), "amax"),
+    "masked_fill_": lambda b: b.masked_fill_(b[:, :1] > 1e9, 2.0),
+}
+
+
+@pytest.mark.parametrize("option", ["inplace", "inductor"])
+@pytest.mark.parametrize("form", sorted(_BIG_FORMS))
+def test_peak_memory_of_one_call_is_far_below_the_buffer(form, option):
+    # Inductor copies the whole destination for scatter_/masked_fill_ and the viewed slice for a write
+    # through a view: those are not routed, so no option lets such a copy in.
+    write = _BIG_FORMS[form]
+
+    def fn(b):
+        write(b)
+
+    compiled, backend = _thunderfx(fn, inplace_indexed_writes=option)
+    compiled(torch.zeros(_ROWS, 32))  # compile outside the measured call
+    buf = torch.zeros(_ROWS, 32)
+    growth = peak_memory_growth(compiled, buf)
+    assert growth < buf.nbytes // 4, f"one call grew peak memory by {growth / 2**20:.1f} MiB (buffer 64 MiB)"
+    expected = torch.zeros(_ROWS, 32)
+    write(expected)
+    assert torch.equal(buf, expected)
+
+
+class TestSplits(TestCase):
+    def test_default_is_one_thunder_segment_with_one_inplace_write(self):
+        def write(k_buffer, loc, k):
+            k_buffer[loc] = k
+
+        buf, loc, k = torch.zeros(4096, 8, 64, dtype=torch.bfloat16), torch.tensor([1234]), torch.ones(1, 8, 64, dtype=torch.bfloat16)
+        expected = buf.clone()
+        expected[loc] = k
+        compiled, backend = _thunderfx(write)
+        compiled(buf, loc, k)
+        assert torch.equal(buf, expected)
+        assert _split_reasons(backend) == []
+        (trace,) = _thunder_traces(backend)
+        body = [ln.strip() for ln in str(trace).splitlines() if ln.startswith("  ") and ".py:" not in ln and "<eval_with_key>" not in ln]
+        self.assertExpectedInline(
+            "\n".join(body),
+            """\
+# l_k_buffer_: "cpu bf16[4096, 8, 64]"
+# l_loc_: "cpu i64[1]"
+# l_k_: "cpu bf16[1, 8, 64]"
+(t4,) = update_aliases((l_k_buffer_,))
+del l_k_buffer_
+t5 = setitem_(t4, l_loc_, l_k_)  # t5: "cpu bf16[4096, 8, 64]"
+del t4
+return ()""",
+        )
+
+    def test_inductor_option_routes_the_write_alone(self):
+        def step(buf, loc, k, x):
+            y = x.sin()
+            buf[loc] = k
+            return y + buf[loc]
+
+        args = (torch.zeros(64, 4), torch.tensor([3]), torch.ones(1, 4), torch.rand(1, 4))
+        eager_args = [a.clone() for a in args]
+        expected = step(*eager_args)
+        compiled, backend = _thunderfx(step, inplace_indexed_writes="inductor")
+        _assert_same(expected, compiled(*args))
+        _assert_same(eager_args, args)
+        segments = [n.target for info in backend.subgraph_infos for n in info.split_graph_module.graph.nodes if n.op == "call_module"]
+        self.assertExpectedInline(str(segments), """['thunder_0', 'inductor_1', 'thunder_2']""")
+
+
+def test_unknown_option_is_rejected_when_the_backend_is_made():
+    with pytest.raises(ValueError, match="inplace_indexed_writes"):
+        ThunderCompiler(inplace_indexed_writes="bogus")
+
+
+def _add_one_then_masked_fill_then_write(buf, loc, k):
+    x = buf.add_(1)
+    x.masked_fill_(x > 5, 0.0)
+    x[loc] = k
+    return x.sum()
+
+
+def _add_one_then_write(buf, loc, k):
+    x = buf.add_(1)
+    x[loc] = k
+    return x.sum()
+
+
+@pytest.mark.parametrize("option", ["inplace", "inductor"])
+@pytest.mark.parametrize("fn", [_add_one_then_masked_fill_then_write, _add_one_then_write])
+def test_write_through_the_result_of_an_inplace_op_runs_that_op_once(fn, option):
+    # An earlier routing moved a "view chain" holding buf.add_(1) next to the write, so the add ran twice
+    # (33.0 instead of 24.0, no error).
+    make_args = lambda: (torch.ones(4, 3), torch.tensor([1]), torch.zeros(1, 3))
+    eager_args, args = make_args(), make_args()
+    expected = fn(*eager_args)
+    compiled, _ = _thunderfx(fn, inplace_indexed_writes=option)
+    result = compiled(*args)
+    assert torch.equal(result, expected), f"{float(result)} != eager's {float(expected)}"
+    _assert_same(eager_args, args)
+
+
+class _KVCacheModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k_cache", torch.zeros(1, 2, 64, 4))
+
+    def forward(self, pos, k):
+        self.k_cache.index_copy_(2, pos, k)
+        return self.k_cache.sum(2)
+
+
+@pytest.mark.parametrize("option", ["inplace", "inductor"])
+def test_module_buffer_written_in_place(option):
+    module, eager = _KVCacheModule(), _KVCacheModule()
+    pos, k = torch.tensor([5]), torch.randn(1, 2, 1, 4)
+    expected = eager(pos, k)
+    compiled, backend = _thunderfx(module, inplace_indexed_writes=option)
+    _assert_same(expected, compiled(pos, k))
+    assert torch.equal(module.k_cache, eager.k_cache)
+    assert _full_copies(backend) == []
+
+
+def _write_through_view_where_a_gradient_flows(x, v):
+    t = x * 2 + v.repeat(2, 1)
+    t[1:][torch.tensor([2, 0])] = v
+    return t
+
+
+def test_write_into_a_view_where_a_gradient_flows_raises_at_compile():
+    # thunder.torch refuses it when tracing (the gradient would miss the write); the splitter says so first,
+    # and without grad the same graph runs and matches eager.
+    x, v = torch.randn(4, 3, requires_grad=True), torch.randn(2, 3, requires_grad=True)
+    compiled, _ = _thunderfx(_write_through_view_where_a_gradient_flows)
+    with pytest.raises(Exception, match="gradient would be wrong"):
+        compiled(x, v)
+    with torch.no_grad():
+        compiled, _ = _thunderfx(_write_through_view_where_a_gradient_flows)
+        _assert_same(_write_through_view_where_a_gradient_flows(x, v), compiled(x, v))
