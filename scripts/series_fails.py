@@ -26,10 +26,14 @@ import patchset  # noqa: E402
 TESTS_ADDED_BY_PATCH = {
     1: ["thunder/tests/test_update_aliases.py::test_inputs_sharing_storage_any_shape_and_offset"],
     2: ["thunder/tests/test_update_aliases.py::test_return_after_write_into_view"],
-    3: ["thunder/tests/test_inplace_copy.py::test_dataflow_fusion_schedules_reads_before_the_in_place_write"],
+    3: [
+        "thunder/tests/test_inplace_copy.py::test_dataflow_fusion_schedules_reads_before_the_in_place_write",
+        "thunder/tests/test_inplace_copy.py::test_return_is_scheduled_after_writes_that_nothing_reads",
+    ],
     4: ["thunder/tests/test_grad.py::test_index_put_gradient_of_values"],
-    5: ["thunder/tests/test_inplace_indexed_writes.py"],
-    6: ["thunder/tests/test_dynamo_inplace_indexed_writes.py"],
+    5: ["thunder/tests/test_inplace_copy.py::test_copy_broadcasts_its_source_like_torch"],
+    6: ["thunder/tests/test_inplace_indexed_writes.py"],
+    7: ["thunder/tests/test_dynamo_inplace_indexed_writes.py"],
 }
 TOOL = "thunder/examine/full_size_copies.py"
 

@@ -139,10 +139,15 @@ def check_no_aliased_write_under_grad(gm: torch.fx.GraphModule) -> None:
         if indexed_write_op_name(node) is None and (value := _example_value(node)) is not None:
             if (storage := _storage(value)) is not None:
                 users_of_storage[storage] = users_of_storage.get(storage, 0) + 1
+    # Dynamo compiles a frame under the grad mode it runs in, and records changes of it as nodes.
+    grad_enabled = torch.is_grad_enabled()
     for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch._C._set_grad_enabled:
+            grad_enabled = bool(node.args[0])
+            continue
         op_name = indexed_write_op_name(node)
         destination = _example_value(node.args[0]) if op_name is not None and node.args else None
-        if destination is None or (storage := _storage(destination)) is None:
+        if not grad_enabled or destination is None or (storage := _storage(destination)) is None:
             continue
         written = [_example_value(a) for a in torch.utils._pytree.tree_leaves((node.args, node.kwargs))]
         if any(v is not None and v.requires_grad for v in written) and users_of_storage.get(storage, 0) > 1:
