@@ -25,7 +25,10 @@ import patchset  # noqa: E402
 # Patch number -> pytest selections (inside the composed tree) of the tests it adds.
 TESTS_ADDED_BY_PATCH = {
     1: ["thunder/tests/test_update_aliases.py::test_inputs_sharing_storage_any_shape_and_offset"],
-    2: ["thunder/tests/test_update_aliases.py::test_return_after_write_into_view"],
+    2: [
+        "thunder/tests/test_update_aliases.py::test_return_after_write_into_view",
+        "thunder/tests/test_update_aliases.py::test_read_of_in_place_result_after_write_to_its_base",
+    ],
     3: [
         "thunder/tests/test_inplace_copy.py::test_dataflow_fusion_schedules_reads_before_the_in_place_write",
         "thunder/tests/test_inplace_copy.py::test_return_is_scheduled_after_writes_that_nothing_reads",
