@@ -102,14 +102,21 @@ class IndexedWrite:
 
 def find_indexed_writes_on_inputs(gm: torch.fx.GraphModule) -> list[IndexedWrite]:
     """The in-place indexed writes in ``gm`` whose destination is a graph input and which Inductor
-    updates in place (:data:`INDUCTOR_REINPLACED_WRITES`)."""
+    updates in place (:data:`INDUCTOR_REINPLACED_WRITES`).
+
+    An input that shares storage with another input (``f(buf, buf[:, 2])``) is left to Thunder, which
+    orders the aliases (Inductor's segment failed on such a write with "tensor does not have a device").
+    """
+    inputs = [n for n in gm.graph.nodes if n.op in ("placeholder", "get_attr")]
+    storages = [_storage(v) if (v := _example_value(n)) is not None else None for n in inputs]
+    aliased = {n for n, s in zip(inputs, storages) if s is not None and storages.count(s) > 1}
     writes = []
     for node in gm.graph.nodes:
         op_name = indexed_write_op_name(node)
         if op_name not in INDUCTOR_REINPLACED_WRITES or not node.args:
             continue
         destination = node.args[0]
-        if isinstance(destination, torch.fx.Node) and destination.op in ("placeholder", "get_attr"):
+        if isinstance(destination, torch.fx.Node) and destination in inputs and destination not in aliased:
             writes.append(IndexedWrite(node, op_name, destination))
     return writes
 

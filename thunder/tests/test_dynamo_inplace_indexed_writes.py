@@ -250,3 +250,23 @@ def test_write_into_a_view_where_a_gradient_flows_raises_at_compile():
     with torch.no_grad():
         compiled, _ = _thunderfx(_write_through_view_where_a_gradient_flows)
         _assert_same(_write_through_view_where_a_gradient_flows(x, v), compiled(x, v))
+
+
+def _write_into_an_input_that_another_input_aliases(buf, alias, index, source):
+    buf.index_add_(2, index, source, alpha=-1)
+    return alias * 2
+
+
+def test_write_into_an_aliased_input_stays_in_thunder_under_the_inductor_option():
+    # Found by the differential fuzzer: Inductor's segment failed on it ("tensor does not have a device").
+    def make_args():
+        generator = torch.Generator().manual_seed(0)
+        buf = torch.randn(8, 4, 4, generator=generator)
+        return buf, buf[:, 2], torch.tensor([1, 0, 2, 0, 2, 2]), torch.randn(8, 4, 6, generator=generator)
+
+    eager_args, args = make_args(), make_args()
+    expected = _write_into_an_input_that_another_input_aliases(*eager_args)
+    compiled, backend = _thunderfx(_write_into_an_input_that_another_input_aliases, inplace_indexed_writes="inductor")
+    torch.testing.assert_close(compiled(*args), expected)
+    torch.testing.assert_close(args[0], eager_args[0])
+    assert _split_reasons(backend) == []
