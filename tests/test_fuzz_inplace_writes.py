@@ -6,7 +6,8 @@ bool mask / Ellipsis / None keys, `index_copy_`, `index_put_`, `index_add_`, `in
 `scatter_` (src, value, reduce=), `scatter_add_`, `scatter_reduce_`, `masked_fill_`,
 `masked_scatter_`, whole-tensor `add_`/`mul_`/`copy_`/`zero_`/`clamp_` -- through views
 (select, narrow, slices, transpose, view, chains of them and the results of in-place ops), on graph
-inputs and on intermediates, with reads of the destinations before and after the writes.
+inputs (sometimes non-contiguous, sometimes with a second argument that is a view of the first, or
+the same tensor) and on intermediates, with reads of the destinations before and after the writes.
 
 The program runs on fresh copies of the same inputs in eager (the reference) and under each backend
 (twice: the second call goes through the caches). Every input after the call and every returned
@@ -30,7 +31,7 @@ jit_functional take this fix's inplace_indexed_writes option: "n/a" on stock).
 
 pytest: the fast profile (`make test`: 35 programs in seed chunks, each under every thunder.jit
 backend and one ThunderFX backend, round robin; under a minute) and the slow one (`-m slow`:
-FUZZ_PROGRAMS programs, default 2,000, each under one backend, round robin; about half an hour).
+FUZZ_PROGRAMS programs, default 2,000, each under one backend, round robin; about 16 minutes).
 Each test fails once, at the end, with per-backend counts, the distinct failure kinds and the
 shrunk source of up to 5 failing programs; build/fuzz-summary.json gets counts and failures.
 
@@ -99,6 +100,7 @@ class Input:
     name: str
     expr: str  # builds the input from HELPERS; evaluated afresh for every run
     role: str  # "buf" (a destination), "value", "index", "mask"
+    base: str | None = None  # an input that is a view of another input (`alias = buf[1]`): that one
 
 
 @dataclass
@@ -133,8 +135,10 @@ class Program:
         return {s.defines for s in self.stmts if s.returned and s.tolerant}
 
     def arg_inputs(self) -> list[Input]:
-        """The function's parameters: the inputs some line uses (or the program returns)."""
+        """The function's parameters: the inputs some line uses (or the program returns), and the
+        base of any such input that is a view of another (so that the arguments alias)."""
         used = {u for s in self.stmts for u in s.uses} | set(self.returns())
+        used |= {i.base for i in self.inputs if i.name in used and i.base}
         return [i for i in self.inputs if i.name in used]
 
     def source(self) -> str:
@@ -145,11 +149,15 @@ class Program:
         return f"def fn({args}):\n" + "\n".join(body) + "\n"
 
     def inputs_source(self) -> str:
-        items = ",\n".join(f"        {i.name}={i.expr}" for i in self.arg_inputs())
-        return f"def make_inputs():\n    return dict(\n{items},\n    )\n"
+        args = self.arg_inputs()
+        lines = [f"    {i.name} = {i.expr}" for i in args]
+        return "def make_inputs():\n" + "\n".join(lines) + f"\n    return dict({', '.join(f'{i.name}={i.name}' for i in args)})\n"
 
     def make_inputs(self) -> list[torch.Tensor]:
-        return [eval(i.expr, HELPERS) for i in self.arg_inputs()]
+        env = dict(HELPERS)
+        for i in self.arg_inputs():
+            env[i.name] = eval(i.expr, env)
+        return [env[i.name] for i in self.arg_inputs()]
 
     def function(self) -> Callable:
         """The program as a function, exec'd from its source (registered with linecache, so that
@@ -216,6 +224,9 @@ class Generator:
         self.seed = seed
         self.exclude = exclude  # op names (keys of WRITES, VIEWS, ...) not to draw
         self.rng = random.Random(seed if draw is None else draw)
+        # Draws for features added later (aliasing and non-contiguous inputs): a stream of their own,
+        # so that the programs of seeds that don't use them stay what they were.
+        self.aux = random.Random(f"{seed if draw is None else draw}/aux")
         self.dtype = self.rng.choices([d for d, _ in DTYPES], [w for _, w in DTYPES])[0]
         self.ints = self.rng.random() < 0.6
         self.env: dict = dict(HELPERS)
@@ -230,10 +241,10 @@ class Generator:
         self.counts[prefix] += 1
         return f"{prefix}{self.counts[prefix] - 1}"
 
-    def add_input(self, prefix: str, expr: str, role: str) -> str:
-        name = prefix if prefix in ("buf", "other") else self.fresh(prefix)
-        self.inputs.append(Input(name, expr, role))
-        self.env[name] = eval(expr, HELPERS)
+    def add_input(self, prefix: str, expr: str, role: str, base: str | None = None) -> str:
+        name = prefix if prefix in ("buf", "other", "alias") else self.fresh(prefix)
+        self.inputs.append(Input(name, expr, role, base))
+        self.env[name] = eval(expr, self.env)
         if role == "buf":
             self.vars[name] = Var(name, "buf")
         return name
@@ -310,7 +321,18 @@ class Generator:
         rng = self.rng
         ndim = rng.choice([1, 2, 2, 3, 3])
         shape = [rng.randint(2, 8) for _ in range(min(ndim, 2))] + ([rng.randint(1, 4)] if ndim == 3 else [])
-        self.add_input("buf", f"_t({tuple(shape)}, {self.dtype}, {rng.randrange(10**4)}, ints={self.ints})", "buf")
+        buf = f"_t({tuple(shape)}, {self.dtype}, {rng.randrange(10**4)}, ints={self.ints})"
+        if ndim >= 2 and self.aux.random() < 0.1:  # a non-contiguous graph input
+            buf += ".transpose(0, 1)"
+        self.add_input("buf", buf, "buf")
+        if self.aux.random() < 0.12:  # a second argument that is a view of buf (or buf itself)
+            x = self.t("buf")
+            views = ["", f"[{self.aux.randrange(x.shape[0])}:]"]
+            if x.ndim >= 2:
+                views += [f"[{self.aux.randrange(x.shape[0])}]", ".transpose(0, 1)", f"[:, {self.aux.randrange(x.shape[1])}]"]
+            if x.is_contiguous():
+                views.append(".view(-1)")
+            self.add_input("alias", f"buf{self.aux.choice(views)}", "buf", base="buf")
         if rng.random() < 0.3:
             shape2 = [rng.randint(2, 6) for _ in range(rng.randint(1, 2))]
             self.add_input("other", f"_t({tuple(shape2)}, {self.dtype}, {rng.randrange(10**4)}, ints={self.ints})", "buf")
