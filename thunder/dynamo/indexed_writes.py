@@ -104,26 +104,47 @@ def find_indexed_writes_on_inputs(gm: torch.fx.GraphModule) -> list[IndexedWrite
     """The in-place indexed writes in ``gm`` whose destination is a graph input and which Inductor
     updates in place (:data:`INDUCTOR_REINPLACED_WRITES`).
 
-    An input that shares storage with another input (``f(buf, buf[:, 2])``) is left to Thunder, which
-    orders the aliases (Inductor's segment failed on such a write with "tensor does not have a device").
+    The write is left to Thunder, which orders the aliases, when the destination has an alias in the graph
+    before the write: another input that shares its storage (``f(buf, buf[:, 2])``), or a view taken
+    earlier (``t = buf[6]; buf[:, 6:7] = v``). The split would hand Inductor's segment the input and its
+    alias as two arguments, and Inductor mishandles that: it failed with "tensor does not have a device"
+    or "incorrect out shape after application of ViewMeta sequence", or returned a view of the wrong
+    strides (fuzzer seed 1053, a transposed input).
     """
     inputs = [n for n in gm.graph.nodes if n.op in ("placeholder", "get_attr")]
     storages = [_storage(v) if (v := _example_value(n)) is not None else None for n in inputs]
     aliased = {n for n, s in zip(inputs, storages) if s is not None and storages.count(s) > 1}
     writes = []
+    storages_with_views: set[StorageWeakRef] = set()  # storages of the inputs some earlier node aliases
+    input_storages = {s for s in storages if s is not None}
     for node in gm.graph.nodes:
         op_name = indexed_write_op_name(node)
-        if op_name not in INDUCTOR_REINPLACED_WRITES or not node.args:
-            continue
-        destination = node.args[0]
-        if isinstance(destination, torch.fx.Node) and destination in inputs and destination not in aliased:
+        destination = node.args[0] if op_name in INDUCTOR_REINPLACED_WRITES and node.args else None
+        if (
+            isinstance(destination, torch.fx.Node)
+            and destination in inputs
+            and destination not in aliased
+            and (value := _example_value(destination)) is not None
+            and _storage(value) not in storages_with_views
+        ):
             writes.append(IndexedWrite(node, op_name, destination))
+            if not node.users:  # its result (the destination itself) is never used: no new alias
+                continue
+        if node.op not in ("placeholder", "get_attr"):
+            for value in _example_values(node):  # every result: split() and unbind() make several views
+                if (storage := _storage(value)) in input_storages:
+                    storages_with_views.add(storage)
     return writes
 
 
 def _example_value(node: object) -> torch.Tensor | None:
     value = node.meta.get("example_value", node.meta.get("val")) if isinstance(node, torch.fx.Node) else None
     return value if isinstance(value, torch.Tensor) else None
+
+
+def _example_values(node: torch.fx.Node) -> list[torch.Tensor]:
+    value = node.meta.get("example_value", node.meta.get("val"))
+    return [v for v in torch.utils._pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
 
 
 def _storage(value: torch.Tensor) -> StorageWeakRef | None:

@@ -270,3 +270,29 @@ def test_write_into_an_aliased_input_stays_in_thunder_under_the_inductor_option(
     torch.testing.assert_close(compiled(*args), expected)
     torch.testing.assert_close(args[0], eager_args[0])
     assert _split_reasons(backend) == []
+
+
+def _views_taken_before_a_write(buf, values):
+    row = buf[6]
+    head = buf.narrow(0, 0, 6)
+    buf[:, 6:7] = values
+    tail = row.narrow(0, 4, 1)
+    return head, tail * 2
+
+
+@pytest.mark.parametrize("contiguous", [True, False], ids=["contiguous", "transposed"])
+def test_write_into_an_input_viewed_before_the_write_stays_in_thunder_under_the_inductor_option(contiguous):
+    # Found by the differential fuzzer (seed 1053): given the input and the earlier view `row` as two
+    # arguments, Inductor's segment failed in AOT's ViewMeta replay ("incorrect out shape"), or returned
+    # `head` with the wrong strides.
+    def make_args():
+        buf = _cache(7, 7) if contiguous else _cache(7, 7).t()
+        return buf, -torch.ones(7, 1)
+
+    eager_args, args = make_args(), make_args()
+    expected = _views_taken_before_a_write(*eager_args)
+    compiled, backend = _thunderfx(_views_taken_before_a_write, inplace_indexed_writes="inductor")
+    actual = compiled(*args)
+    _assert_same(expected, actual)
+    _assert_same(eager_args, args)
+    assert "INPLACE_INDEXED_WRITE" not in _split_reasons(backend)
