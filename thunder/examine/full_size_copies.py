@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FullSizeCopy",
+    "LargeTensor",
+    "find_large_tensors",
     "find_full_size_copies",
     "full_size_copy_bytes",
     "peak_memory_growth",
@@ -161,6 +163,75 @@ def find_full_size_copies(trace: TraceCtx) -> list[FullSizeCopy]:
             # An in-place op returns (a new proxy for) its destination.
             for o in outs[:1]:
                 input_of[o.name] = input_of[first.name]
+    return found
+
+
+@dataclass(frozen=True)
+class LargeTensor:
+    """A tensor of at least the size asked for that a trace makes from its inputs (new memory, not a view
+    and not the destination of an in-place op)."""
+
+    kind: str
+    line: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+    def __str__(self) -> str:
+        return f"{self.kind} {list(self.shape)} ({self.nbytes} bytes): {self.line}"
+
+
+def _numel(t: TensorProxy) -> int:
+    numel = 1
+    for s in t.shape:
+        numel *= int(s)
+    return numel
+
+
+def _writes_in_place(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` returns (a new proxy for) the tensor it writes, so its result is no new memory."""
+    if bsym.sym.name in _COPY_NAMES or any(getattr(t, "name", "") == "IN_PLACE" for t in (bsym.sym.tags or ())):
+        return True
+    return len(bsym.subsymbols) == 1 and bsym.subsymbols[0].output is bsym.output and _writes_in_place(bsym.subsymbols[0])
+
+
+def find_large_tensors(trace: TraceCtx, min_numel: int) -> list[LargeTensor]:
+    """Tensors of at least ``min_numel`` elements that ``trace`` makes from its inputs, in trace order.
+
+    In a decode step, pass the size of one cache tensor: what should remain is what the step must make
+    (activations are far smaller); a hit is a copy of the cache in some form. Reported:
+
+    * ``materialized broadcast``: an op that lays out a broadcast view of an input, such as the reshape of
+      Hugging Face's ``repeat_kv`` (``k[:, :, None].expand(...).reshape(...)``), which copies the cache;
+    * ``<op name>``: any other op whose result is that large, e.g. ``clone``, ``to`` (a cast), ``cat``.
+
+    Views (``expand``, slices, reshapes that keep the layout), ``update_aliases`` and the results of
+    in-place ops (the destination itself) are not reported. A reshape of a broadcast view that only adds
+    or splits dims is assumed to stay a view.
+    """
+    derived: set[str] = {t.name for t in _tensors((trace.args, trace.kwargs))}
+    broadcast: set[str] = set()  # views in which some input element appears more than once
+    found: list[LargeTensor] = []
+    for bsym in _walk(trace.bound_symbols):
+        args, outs = _tensors(bsym.args), _tensors(bsym.output)
+        if not any(a.name in derived for a in args):
+            continue
+        derived.update(o.name for o in outs)
+        first = args[0] if args else None
+        if bsym.sym.name in _ALIAS_NAMES:  # new names for the same tensors
+            broadcast.update(o.name for a, o in zip(args, outs) if a.name in broadcast)
+            continue
+        if _writes_in_place(bsym):
+            continue
+        if _is_view_op(bsym):
+            for o in outs:
+                if first.name in broadcast and o.ndim < first.ndim and _numel(o) >= min_numel:
+                    found.append(LargeTensor("materialized broadcast", _line(bsym), tuple(int(s) for s in o.shape), _nbytes(o)))
+                elif first.name in broadcast or _numel(o) > _numel(first):
+                    broadcast.add(o.name)
+            continue
+        for o in outs:
+            if _numel(o) >= min_numel:
+                found.append(LargeTensor(bsym.sym.name, _line(bsym), tuple(int(s) for s in o.shape), _nbytes(o)))
     return found
 
 
