@@ -25,6 +25,7 @@ print(f'run-tests: thunder {thunder.__version__} from {thunder.__file__}')" || e
 upstream_tests=(
   thunder/tests/test_inplace_indexed_writes.py
   thunder/tests/test_dynamo_inplace_indexed_writes.py
+  thunder/tests/test_grouped_query_attention.py
   thunder/tests/test_update_aliases.py
   thunder/tests/test_inplace_copy.py
   "thunder/tests/test_grad.py::test_index_put_gradient_of_values"

@@ -44,6 +44,7 @@ TESTS_ADDED_BY_PATCH = {
     5: [("thunder/tests/test_inplace_copy.py", "test_copy_broadcasts_its_source_like_torch")],
     6: [("thunder/tests/test_inplace_indexed_writes.py", "")],
     7: [("thunder/tests/test_dynamo_inplace_indexed_writes.py", "")],
+    8: [("thunder/tests/test_grouped_query_attention.py", "")],
 }
 TOOL = "thunder/examine/full_size_copies.py"
 
