@@ -1,0 +1,43 @@
+"""Real clients: the report's model families, Qwen3 and gpt-oss (tiny, random weights, from a config),
+decoding through a ``StaticCache`` under ThunderFX.
+
+A decode step should move the rows it writes plus what attention reads: no tensor the size of a cache
+made in the step, and no retrace of a Thunder segment per step.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _support import full_size_copies, load_overlay_module, thunderfx
+
+transformers = pytest.importorskip("transformers")
+hf_models = load_overlay_module("benchmarks.inplace_writes.hf_models")
+
+DECODE_STEPS = 5
+
+
+def _thunder_traces(backend):
+    import thunder
+
+    return [thunder.last_traces(fn)[-1] for info in backend.subgraph_infos for fn in info.thunder_compiled_fns]
+
+
+@pytest.mark.claims_fix
+def test_qwen3_decode_step_makes_no_cache_size_tensor():
+    max_cache_len = 32768
+    model, config = hf_models.tiny_decoder("qwen3", max_cache_len)
+    expected = hf_models.greedy_decode(model, config, model, max_cache_len, DECODE_STEPS)
+
+    compiled, backend = thunderfx(model, fullgraph=False)
+    decode = hf_models.greedy_decode(model, config, compiled, max_cache_len, DECODE_STEPS - 1)
+    measured = []  # the last step, under the peak-memory probe
+    growth = full_size_copies.peak_memory_growth(lambda: measured.append(decode.step(compiled)))
+
+    assert len(measured) == 1 and decode.tokens == expected.tokens
+    cache_tensor = decode.cache.layers[0].keys
+    large = [t for trace in _thunder_traces(backend) for t in full_size_copies.find_large_tensors(trace, cache_tensor.numel())]
+    assert large == [], "\n".join(map(str, large))
+    cache_bytes = cache_tensor.numel() * cache_tensor.element_size()
+    assert growth < cache_bytes // 4, f"one decode step grew the peak memory by {growth / 2**20:.1f} MiB"
