@@ -26,6 +26,14 @@ measures, on four workloads (:mod:`.workloads`):
     Hugging Face ``LlamaForCausalLM`` (tiny random config, float32) with a ``StaticCache``, which writes
     with ``keys.index_copy_(2, cache_position, k)``; greedy decode steps after an 8-token prefill through
     the compiled model forward. Here attention over the whole static cache grows with the cache too.
+``e`` / ``hf_qwen3``
+    The same with the report's Qwen3 family (``Qwen3ForCausalLM``, 2 layers, 4 query / 2 KV heads of 64):
+    its attention repeats the KV heads (``repeat_kv``) under a compiler, which copied each layer's cache
+    every step until Thunder attended to the grouped heads directly. Static caches of 4,096 and 32,768.
+``f`` / ``hf_gpt_oss``
+    The report's gpt-oss family (``GptOssForCausalLM``: a sliding-window and a full-attention layer,
+    attention sinks, 4-expert top-2 MoE). The decode graph carries the sliding-window layer's position as
+    a symbolic int, and the MoE router ops split it into several segments.
 
 Backends (:mod:`.backends`), all measured in the same process: eager; ``torch.compile`` with Inductor;
 ThunderFX (``torch.compile(backend=thunder.dynamo.ThunderCompiler(...))``) with each

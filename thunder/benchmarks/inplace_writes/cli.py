@@ -67,7 +67,7 @@ def build_parser(prog: str = "python -m thunder.benchmarks.inplace_writes") -> a
                                 "ThunderFX (per inplace_indexed_writes policy) and thunder.jit.")
     p.add_argument("--quick", action="store_true", help="small sizes and few repetitions (CI)")
     p.add_argument("--workloads", nargs="+", default=None,
-                   help="any of a/setitem, b/token_pool, c/hf_llama, d/gpt_fast (default: all; --quick: a, b, c)")
+                   help="any of a/setitem, b/token_pool, c/hf_llama, d/gpt_fast, e/hf_qwen3, f/hf_gpt_oss (default: all; --quick: a, b, c)")
     p.add_argument("--backends", nargs="+", default=None,
                    help=f"subset of {', '.join(BACKEND_ORDER)} ('jit' = the jit variant of this build); "
                    "default: every backend this build has")

@@ -288,68 +288,61 @@ class GptFast(TokenPool):
 
 
 # ----------------------------------------------------------------------------------------------------
-# (c) Hugging Face LlamaForCausalLM + StaticCache
+# (c), (e), (f) Hugging Face decoders + StaticCache: Llama, and the report's families Qwen3 and gpt-oss
 # ----------------------------------------------------------------------------------------------------
 
-HF_PROMPT = 8
 
+class HFDecoder(Case):
+    """Greedy decode steps of a tiny random Hugging Face decoder (:mod:`.hf_models`) through the compiled
+    forward, after an eager prefill of 8 tokens into a ``StaticCache`` of the workload's size. Checked
+    after 6 steps: greedy tokens equal eager's."""
 
-@dataclasses.dataclass
-class HFState:
-    cache: Any  # transformers.StaticCache
-    tok: torch.Tensor
-    tokens: list[int]
-
-
-class HFLlama(Case):
-    """Greedy decode steps of a tiny random ``LlamaForCausalLM`` through the compiled forward, after an
-    eager prefill of 8 tokens into a ``StaticCache``. Checked after 6 steps: greedy tokens equal eager's."""
-
-    workload = "hf_llama"
+    family = "llama"
     check_after = 6
 
     def __init__(self, max_cache_len: int, device: torch.device, max_steps: int):
-        from transformers import LlamaConfig, LlamaForCausalLM
+        from . import hf_models
 
-        config = LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2)
-        torch.manual_seed(0)
         self.size, self.device = max_cache_len, device
-        self.fn = model = LlamaForCausalLM(config).to(device=device, dtype=torch.float32).eval().requires_grad_(False)
-        self.prompt = torch.randint(0, config.vocab_size, (1, HF_PROMPT),
-                                    generator=torch.Generator().manual_seed(1)).to(device)
-        self.positions = [torch.tensor([HF_PROMPT + s], device=device) for s in range(max_steps)]
-        cache_bytes = 2 * config.num_hidden_layers * config.num_key_value_heads * max_cache_len * (
-            config.hidden_size // config.num_attention_heads) * 4
+        self.fn, self.config = hf_models.tiny_decoder(self.family, max_cache_len, device)
+        self.workload = f"hf_{self.family}"
+        config = self.config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        cache_bytes = 2 * config.num_hidden_layers * config.num_key_value_heads * max_cache_len * head_dim * 4
         self.size_note = f"{cache_bytes / 2**20:,.0f} MiB StaticCache"
-        with torch.no_grad():
-            s = self.fresh()
-            for i in range(self.check_after):
-                self.after_call(s, i, self.call(model, s, i))
+        s = self.fresh()
+        for _ in range(self.check_after):
+            s.step(self.fn)
         self.ref_tokens = s.tokens
 
     def fresh(self):
-        from transformers import StaticCache
+        from . import hf_models
 
-        cache = StaticCache(config=self.fn.config, max_cache_len=self.size)
-        with torch.no_grad():
-            out = self.fn(input_ids=self.prompt, past_key_values=cache, use_cache=True,
-                          cache_position=torch.arange(HF_PROMPT, device=self.device))
-        tok = out.logits[:, -1:].argmax(-1)
-        return HFState(cache, tok, [tok.item()])
+        return hf_models.Decode(self.fn, self.config, self.size).start()
 
-    def call(self, fn, s: HFState, i):
-        return fn(input_ids=s.tok, past_key_values=s.cache, use_cache=True, cache_position=self.positions[i])
+    def call(self, fn, s, i):
+        return fn(**s.step_inputs())
 
-    def after_call(self, s: HFState, i, out):
-        s.tok = out.logits[:, -1:].argmax(-1)
-        s.tokens.append(s.tok.item())
+    def after_call(self, s, i, out):
+        s.tokens.append(int(out.logits[0, -1].argmax()))
 
-    def check(self, s: HFState):
+    def check(self, s):
         got = s.tokens[: len(self.ref_tokens)]
         if got == self.ref_tokens:
             return True, f"greedy tokens equal ({self.check_after} steps)"
         return False, f"WRONG: greedy tokens {got} != eager {self.ref_tokens}"
+
+
+class HFLlama(HFDecoder):
+    family = "llama"
+
+
+class HFQwen3(HFDecoder):
+    family = "qwen3"
+
+
+class HFGptOss(HFDecoder):
+    family = "gpt_oss"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -404,6 +397,16 @@ WORKLOADS = {
                  "(c) HF LlamaForCausalLM + StaticCache, f32, greedy decode step after 8-token prefill", HFLlama,
                  (4096, 65_536), (4096,), RepConfig(1, 3, 20, 1.5), RepConfig(1, 3, 6, 0.5),
                  quick_skip=("thunderfx-functional",), plotted=False,
+                 not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),)),
+        Workload("hf_qwen3", ("e", "qwen3"),
+                 "(e) HF Qwen3ForCausalLM + StaticCache, f32, greedy decode step after 8-token prefill", HFQwen3,
+                 (4096, 32_768), (4096,), RepConfig(1, 3, 20, 1.5), RepConfig(1, 3, 6, 0.5),
+                 in_quick=False, quick_skip=("thunderfx-functional",), plotted=False,
+                 not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),)),
+        Workload("hf_gpt_oss", ("f", "gpt_oss"),
+                 "(f) HF GptOssForCausalLM (sliding window + MoE) + StaticCache, f32, greedy decode step", HFGptOss,
+                 (4096, 32_768), (4096,), RepConfig(1, 3, 20, 1.5), RepConfig(1, 3, 6, 0.5),
+                 in_quick=False, quick_skip=("thunderfx-functional",), plotted=False,
                  not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),)),
     )
 }
