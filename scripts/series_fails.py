@@ -33,18 +33,19 @@ TESTS_ADDED_BY_PATCH = {
             "test_return_after_write_into_view or test_read_of_in_place_result_after_write_to_its_base",
         )
     ],
-    3: [
+    3: [("thunder/tests/test_update_aliases.py", "test_read_of_base_after_write_through_view_of_in_place_result")],
+    4: [
         (
             "thunder/tests/test_inplace_copy.py",
             "test_dataflow_fusion_schedules_reads_before_the_in_place_write "
             "or test_return_is_scheduled_after_writes_that_nothing_reads",
         )
     ],
-    4: [("thunder/tests/test_grad.py", "test_index_put_gradient_of_values")],
-    5: [("thunder/tests/test_inplace_copy.py", "test_copy_broadcasts_its_source_like_torch")],
-    6: [("thunder/tests/test_inplace_indexed_writes.py", "")],
-    7: [("thunder/tests/test_dynamo_inplace_indexed_writes.py", "")],
-    8: [("thunder/tests/test_grouped_query_attention.py", "")],
+    5: [("thunder/tests/test_grad.py", "test_index_put_gradient_of_values")],
+    6: [("thunder/tests/test_inplace_copy.py", "test_copy_broadcasts_its_source_like_torch")],
+    7: [("thunder/tests/test_inplace_indexed_writes.py", "")],
+    8: [("thunder/tests/test_dynamo_inplace_indexed_writes.py", "")],
+    9: [("thunder/tests/test_grouped_query_attention.py", "")],
 }
 TOOL = "thunder/examine/full_size_copies.py"
 
