@@ -29,6 +29,9 @@ upstream_tests=(
   thunder/tests/test_update_aliases.py
   thunder/tests/test_inplace_copy.py
   "thunder/tests/test_grad.py::test_index_put_gradient_of_values"
+  "thunder/tests/test_dynamo.py::test_symint_input_used_as_a_value_is_traced_once"
+  "thunder/tests/test_dynamo.py::test_symint_input_used_as_a_shape_retraces_and_stays_correct"
+  "thunder/tests/test_dynamo.py::test_jit_symbolic_int_inputs_option"
 )
 status=0
 (cd "$tree" && "$root/.venv/bin/python" -m pytest -p no:cacheprovider -W ignore "${upstream_tests[@]}" "$@") || status=1

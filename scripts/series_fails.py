@@ -46,6 +46,7 @@ TESTS_ADDED_BY_PATCH = {
     7: [("thunder/tests/test_inplace_indexed_writes.py", "")],
     8: [("thunder/tests/test_dynamo_inplace_indexed_writes.py", "")],
     9: [("thunder/tests/test_grouped_query_attention.py", "")],
+    10: [("thunder/tests/test_dynamo.py", "symint_input or symbolic_int_inputs")],
 }
 TOOL = "thunder/examine/full_size_copies.py"
 
