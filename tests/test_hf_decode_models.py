@@ -41,3 +41,25 @@ def test_qwen3_decode_step_makes_no_cache_size_tensor():
     assert large == [], "\n".join(map(str, large))
     cache_bytes = cache_tensor.numel() * cache_tensor.element_size()
     assert growth < cache_bytes // 4, f"one decode step grew the peak memory by {growth / 2**20:.1f} MiB"
+
+
+@pytest.mark.claims_fix
+def test_gpt_oss_decode_traces_each_segment_once_and_makes_no_cache_size_tensor():
+    import thunder
+
+    max_cache_len, steps = 4096, 8
+    model, config = hf_models.tiny_decoder("gpt_oss", max_cache_len)
+    expected = hf_models.greedy_decode(model, config, model, max_cache_len, steps)
+
+    compiled, backend = thunderfx(model, fullgraph=False)
+    decode = hf_models.greedy_decode(model, config, compiled, max_cache_len, steps)
+
+    assert decode.tokens == expected.tokens
+    # From the second step Dynamo passes the sliding-window layer's position as a SymInt; every Thunder
+    # segment must be traced once, not once per step.
+    stats = [thunder.compile_stats(fn) for info in backend.subgraph_infos for fn in info.thunder_compiled_fns]
+    assert stats and all(s.cache_misses <= 1 for s in stats), [(s.cache_hits, s.cache_misses) for s in stats]
+    assert sum(s.cache_hits for s in stats) > 0
+    full_layer = max((layer.keys for layer in decode.cache.layers), key=lambda keys: keys.numel())
+    large = [t for trace in _thunder_traces(backend) for t in full_size_copies.find_large_tensors(trace, full_layer.numel())]
+    assert large == [], "\n".join(map(str, large))

@@ -9,7 +9,8 @@ single query token. Eager Hugging Face code avoids it when it is not being compi
 query heads of a group become query rows of that group); under a compiler it takes the repeat path.
 
 :func:`attend_to_grouped_kv_heads` rewrites such an attention on the computation trace so that it reads
-the grouped heads directly: the ``n_rep`` query heads of a group are folded into the query-length axis,
+the grouped heads directly (``scaled_dot_product_attention``, and the two ``matmul``s of an attention
+written out, as gpt-oss does around its attention sinks): the ``n_rep`` query heads of a group are folded into the query-length axis,
 attention runs on the ``kv`` heads, and the result is unfolded. Only the query, the result and (where it
 varies by query head or row) the mask are reshaped; they are the size of a step's activations, not of
 the cache. The repeat becomes dead code, which DCE removes.
@@ -32,7 +33,11 @@ This is the same computation (each query head attends to the keys of its group w
 with the same operands, so the tokens a model produces do not change; the matmul shapes do, so the last
 bits of the result may differ from the repeated form, as they do between eager's two forms.
 
-The rewrite applies when both key and value are repeats of the same grouping of 4-D tensors, the query
+A ``matmul(a, r)`` or ``matmul(a, r.transpose(2, 3))`` whose ``r`` is a head repeat of a 4-D ``x`` becomes
+``matmul(a folded, x)`` (or ``x.transpose(2, 3)``), unfolded: the scores and the weighted sum of the
+written-out attention.
+
+The attention rewrite applies when both key and value are repeats of the same grouping of 4-D tensors, the query
 is 4-D with the key's batch, ``dropout_p`` is 0 and ``is_causal`` is False (folding query heads into rows
 would shift a causal mask, which is aligned to the top-left of each head's rows). Anything else is left
 as it is.
@@ -179,25 +184,82 @@ def _rewritable(call: inspect.BoundArguments, key: _RepeatedHeads, value: _Repea
     return mask_batch in (1, batch) and mask_heads in (1, heads) and mask_rows in (1, q_len)
 
 
+def _grouped_matmul(a, grouped, transposed: bool, n_rep: int):
+    """``a @ repeat(grouped)`` (``a @ repeat(grouped).transpose(2, 3)`` if ``transposed``) without the
+    repeat: ``a`` [B, kv * n_rep, M, K] is folded to [B, kv, n_rep * M, K] like the query above."""
+    batch, heads, rows, inner = _shape(a)
+    kv = heads // n_rep
+    folded = ltorch.reshape(a, (batch, kv, n_rep * rows, inner))
+    right = ltorch.transpose(grouped, 2, 3) if transposed else grouped
+    out = ltorch.matmul(folded, right)
+    return ltorch.reshape(out, (batch, heads, rows, int(out.shape[-1])))
+
+
+def _sdpa_rewrite(bsym: BoundSymbol, producers: dict[str, BoundSymbol]):
+    """``(replacement maker, repeat ops)`` for an attention over repeated heads, or ``None``."""
+    try:
+        call = _SDPA_SIGNATURE.bind(*bsym.args, **bsym.kwargs)
+    except TypeError:
+        return None
+    call.apply_defaults()
+    key, value = call.arguments["key"], call.arguments["value"]
+    if not (isinstance(key, TensorProxy) and isinstance(value, TensorProxy)):
+        return None
+    key_repeat, value_repeat = _find_repeat(key, producers), _find_repeat(value, producers)
+    if not (key_repeat and value_repeat and _rewritable(call, key_repeat, value_repeat)):
+        return None
+    args = call.arguments
+
+    def replacement():
+        return _grouped_attention(
+            args["query"], key_repeat.grouped, value_repeat.grouped, args["attn_mask"], args["scale"], key_repeat.n_rep
+        )
+
+    return replacement, key_repeat.repeat_ops + value_repeat.repeat_ops
+
+
+def _matmul_rewrite(bsym: BoundSymbol, producers: dict[str, BoundSymbol]):
+    """The same for ``a @ repeat(x)`` and ``a @ repeat(x).transpose(2, 3)``: the two matmuls of an
+    attention written out (gpt-oss, with its attention sinks, and Hugging Face's eager attention)."""
+    if len(bsym.args) != 2 or bsym.kwargs or not all(isinstance(t, TensorProxy) for t in bsym.args):
+        return None
+    a, b = bsym.args
+    if a.ndim != 4 or b.ndim != 4:
+        return None
+    transposed, transpose_ops, repeated = False, (), b
+    producer = producers.get(b.name)
+    steps = _prims_of(producer) if producer is not None else []
+    if len(steps) == 1 and steps[0].sym.id == prims.PrimIDs.TRANSPOSE and tuple(steps[0].args[1]) == (0, 1, 3, 2):
+        transposed, transpose_ops, repeated = True, (producer,), steps[0].args[0]
+    found = _find_repeat(repeated, producers)
+    if found is None:
+        return None
+    batch, heads = _shape(a)[:2]
+    batch_kv, kv = _shape(found.grouped)[:2]
+    if batch != batch_kv or heads != kv * found.n_rep:
+        return None
+
+    def replacement():
+        return _grouped_matmul(a, found.grouped, transposed, found.n_rep)
+
+    return replacement, transpose_ops + found.repeat_ops
+
+
 def attend_to_grouped_kv_heads(trace: TraceCtx) -> TraceCtx:
     """Rewrites every ``scaled_dot_product_attention`` in ``trace`` whose key and value are head repeats
-    of grouped key/value tensors into attention over the grouped tensors (see the module docstring).
-    Returns ``trace`` itself when there is none."""
+    of grouped key/value tensors, and every ``matmul`` whose right operand is one (or its transpose), to
+    read the grouped tensors (see the module docstring). Returns ``trace`` itself when there is none."""
     producers: dict[str, BoundSymbol] = {}
-    rewrites: dict[int, tuple[inspect.BoundArguments, _RepeatedHeads, _RepeatedHeads]] = {}
+    rewrites: dict[int, tuple] = {}  # index of the bound symbol -> (replacement maker, repeat ops)
     for index, bsym in enumerate(trace.bound_symbols):
         if bsym.sym.id == ltorch.scaled_dot_product_attention.id:
-            try:
-                call = _SDPA_SIGNATURE.bind(*bsym.args, **bsym.kwargs)
-            except TypeError:
-                call = None
-            if call is not None:
-                call.apply_defaults()
-                key, value = call.arguments["key"], call.arguments["value"]
-                if isinstance(key, TensorProxy) and isinstance(value, TensorProxy):
-                    key_repeat, value_repeat = _find_repeat(key, producers), _find_repeat(value, producers)
-                    if key_repeat and value_repeat and _rewritable(call, key_repeat, value_repeat):
-                        rewrites[index] = (call, key_repeat, value_repeat)
+            rewrite = _sdpa_rewrite(bsym, producers)
+        elif bsym.sym.id == ltorch.matmul.id:
+            rewrite = _matmul_rewrite(bsym, producers)
+        else:
+            rewrite = None
+        if rewrite is not None:
+            rewrites[index] = rewrite
         for out in bsym.flat_proxy_outs:
             producers[out.name] = bsym
     if not rewrites:
@@ -205,25 +267,18 @@ def attend_to_grouped_kv_heads(trace: TraceCtx) -> TraceCtx:
 
     # The repeats lose their reader. They are removed here rather than left to DCE: the alias pass that
     # runs before DCE would otherwise list the repeated copies among the cache's aliases and keep them.
-    repeat_ops = {id(op) for _, k, v in rewrites.values() for op in k.repeat_ops + v.repeat_ops}
+    repeat_ops = {id(op) for _, ops in rewrites.values() for op in ops}
     new_trace = from_trace(trace)
     for index, bsym in enumerate(trace.bound_symbols):
         if index not in rewrites:
             new_trace.bound_symbols.append(bsym)
             continue
-        call, key_repeat, value_repeat = rewrites[index]
+        make_replacement, _ = rewrites[index]
         with tracectx(new_trace):
             new_trace.push_scope([])
-            out = _grouped_attention(
-                call.arguments["query"],
-                key_repeat.grouped,
-                value_repeat.grouped,
-                call.arguments["attn_mask"],
-                call.arguments["scale"],
-                key_repeat.n_rep,
-            )
+            out = make_replacement()
             replacement = new_trace.pop_scope()
-        # The last op of the replacement produces the attention's original output proxy.
+        # The last op of the replacement produces the original output proxy.
         swap = {variableify(out): bsym.output}
         new_trace.bound_symbols.extend(b.from_bsym_swap_proxies(swap) for b in replacement)
     new_trace.bound_symbols = _without_unused(new_trace.bound_symbols, repeat_ops)
