@@ -32,6 +32,11 @@ upstream_tests=(
   "thunder/tests/test_dynamo.py::test_symint_input_used_as_a_value_is_traced_once"
   "thunder/tests/test_dynamo.py::test_symint_input_used_as_a_shape_retraces_and_stays_correct"
   "thunder/tests/test_dynamo.py::test_jit_symbolic_int_inputs_option"
+  "thunder/tests/test_dynamo.py::test_new_tensor_factories_are_thunder_symbols"
+  "thunder/tests/test_dynamo.py::test_sym_max_sym_min_stay_in_thunder"
+  "thunder/tests/test_dynamo.py::test_histc_matches_torch_bitwise"
+  "thunder/tests/test_dynamo.py::test_histc_stays_in_thunder_under_thunderfx"
+  "thunder/tests/test_dynamo.py::test_fake_backed_custom_op_stays_in_thunder"
 )
 status=0
 (cd "$tree" && "$root/.venv/bin/python" -m pytest -p no:cacheprovider -W ignore "${upstream_tests[@]}" "$@") || status=1
