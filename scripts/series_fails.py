@@ -50,6 +50,7 @@ TESTS_ADDED_BY_PATCH = {
     11: [("thunder/tests/test_dynamo.py", "new_tensor_factories or sym_max_sym_min")],
     12: [("thunder/tests/test_dynamo.py", "histc")],
     13: [("thunder/tests/test_dynamo.py", "fake_backed_custom_op")],
+    14: [("thunder/tests/test_torch_compile_executor.py", "symbolic_int_input_math")],
 }
 TOOL = "thunder/examine/full_size_copies.py"
 
