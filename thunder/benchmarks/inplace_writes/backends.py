@@ -21,6 +21,7 @@ BACKEND_ORDER = (
     "thunderfx-functional",
     "thunderfx-inductor",
     "thunderfx-inplace",
+    "thunderfx-torchcompile",
     "jit-default",
     "jit-inplace",
 )
@@ -111,7 +112,7 @@ class Backends:
         jit = "jit-inplace" if self.jit_inplace() else "jit-default"
         if wanted is None:
             fx = [f"thunderfx-{p}" for p in self.fx_policies()] or ["thunderfx-default"]
-            wanted = ["eager", "inductor", *fx, jit]
+            wanted = ["eager", "inductor", *fx, "thunderfx-torchcompile", jit]
         keys = {jit if k == "jit" else k for k in wanted}
         unknown = keys - set(BACKEND_ORDER)
         if unknown:
@@ -125,6 +126,14 @@ class Backends:
             return Compiled(fn)
         if key == "inductor":
             return Compiled(torch.compile(fn, backend="inductor", dynamic=False))
+        if key == "thunderfx-torchcompile":
+            # ThunderFX's defaults plus Thunder's torch.compile fusion executor, which hands Inductor the
+            # fusible regions of each Thunder segment (on CPU the default executors run op by op).
+            from thunder.dynamo import ThunderCompiler
+            from thunder.executors.torch_compile import torch_compile_ex
+
+            backend = ThunderCompiler(executors=[torch_compile_ex, *thunder.get_default_executors()])
+            return Compiled(torch.compile(fn, backend=backend, dynamic=False), fx_backend=backend)
         if key.startswith("thunderfx-"):
             from thunder.dynamo import ThunderCompiler
 
