@@ -119,13 +119,13 @@ class Backends:
             raise ValueError(f"unknown backends {sorted(unknown)}; expected some of {', '.join(BACKEND_ORDER)}")
         return [k for k in BACKEND_ORDER if k in keys]
 
-    def compile(self, key: str, fn: Callable) -> Compiled:
+    def compile(self, key: str, fn: Callable, dynamic: bool | None = False) -> Compiled:
         import thunder
 
         if key == "eager":
             return Compiled(fn)
         if key == "inductor":
-            return Compiled(torch.compile(fn, backend="inductor", dynamic=False))
+            return Compiled(torch.compile(fn, backend="inductor", dynamic=dynamic))
         if key == "thunderfx-torchcompile":
             # ThunderFX's defaults plus Thunder's torch.compile fusion executor, which hands Inductor the
             # fusible regions of each Thunder segment (on CPU the default executors run op by op).
@@ -133,7 +133,7 @@ class Backends:
             from thunder.executors.torch_compile import torch_compile_ex
 
             backend = ThunderCompiler(executors=[torch_compile_ex, *thunder.get_default_executors()])
-            return Compiled(torch.compile(fn, backend=backend, dynamic=False), fx_backend=backend)
+            return Compiled(torch.compile(fn, backend=backend, dynamic=dynamic), fx_backend=backend)
         if key.startswith("thunderfx-"):
             from thunder.dynamo import ThunderCompiler
 
@@ -144,7 +144,7 @@ class Backends:
                 backend = ThunderCompiler(inplace_indexed_writes=policy)
             else:
                 raise Unavailable(f"unavailable in this build (ThunderCompiler has no inplace_indexed_writes={policy!r})")
-            return Compiled(torch.compile(fn, backend=backend, dynamic=False), fx_backend=backend)
+            return Compiled(torch.compile(fn, backend=backend, dynamic=dynamic), fx_backend=backend)
         if key == "jit-default":
             jfn = thunder.jit(fn)
             return Compiled(jfn, jit_fn=jfn)

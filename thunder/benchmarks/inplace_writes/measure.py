@@ -167,7 +167,7 @@ def measure(case: Case, backends: Backends, key: str, cfg: RepConfig, timer: Tim
     state = compiled = None
     try:
         state = case.fresh()
-        compiled = backends.compile(key, case.fn)
+        compiled = backends.compile(key, case.fn, dynamic=case.dynamic)
         calls = 0
 
         def call() -> float:
