@@ -113,7 +113,8 @@ def find_indexed_writes_on_inputs(gm: torch.fx.GraphModule) -> list[IndexedWrite
     """
     inputs = [n for n in gm.graph.nodes if n.op in ("placeholder", "get_attr")]
     storages = [_storage(v) if (v := _example_value(n)) is not None else None for n in inputs]
-    aliased = {n for n, s in zip(inputs, storages) if s is not None and storages.count(s) > 1}
+    known = [s for s in storages if s is not None]  # not SymInt inputs, which have no storage
+    aliased = {n for n, s in zip(inputs, storages) if s is not None and known.count(s) > 1}
     writes = []
     storages_with_views: set[StorageWeakRef] = set()  # storages of the inputs some earlier node aliases
     input_storages = {s for s in storages if s is not None}

@@ -296,3 +296,20 @@ def test_write_into_an_input_viewed_before_the_write_stays_in_thunder_under_the_
     _assert_same(expected, actual)
     _assert_same(eager_args, args)
     assert "INPLACE_INDEXED_WRITE" not in _split_reasons(backend)
+
+
+def _write_scaled_by_an_int(buf, n, loc, k):
+    buf[loc] = k * n
+    return buf.sum()
+
+
+def test_graph_with_a_symint_input_routes_under_the_inductor_option():
+    # From the second call Dynamo passes `n` as a SymInt input, which has no storage: the alias check
+    # compared it with the tensors' storages and raised (HF gpt-oss's sliding-window counter).
+    compiled, backend = _thunderfx(_write_scaled_by_an_int, inplace_indexed_writes="inductor")
+    eager_buf, buf = _cache(16, 4), _cache(16, 4)
+    for n in (2, 3, 4):
+        loc, k = torch.tensor([n]), -torch.ones(1, 4)
+        _assert_same(_write_scaled_by_an_int(eager_buf, n, loc, k), compiled(buf, n, loc, k))
+        _assert_same(eager_buf, buf)
+    assert "INPLACE_INDEXED_WRITE" in _split_reasons(backend)
