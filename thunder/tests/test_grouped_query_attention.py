@@ -91,6 +91,8 @@ def test_attention_over_repeated_kv_heads_makes_no_cache_size_tensor(form, q_len
 
 
 def test_multi_query_attention_reads_the_single_head():
+    # Kept behaviour, not the fix: a broadcast of one key/value head (no reshape) was never copied, on
+    # stock either; the pass rewrites it too and must keep the values and the absence of copies.
     q, k, v, mask = _inputs(1, 4, 1, 1, 512, "bool_shared")
     jitted = thunder.jit(_multi_query_attention)
     torch.testing.assert_close(jitted(q, k, v, mask), _multi_query_attention(q, k, v, mask))
