@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import patchset  # noqa: E402
+import series_tests  # noqa: E402
 
 ROOT = patchset.ROOT
 PY = ROOT / ".venv" / "bin" / "python"
@@ -101,22 +102,20 @@ def _touched_modules(selected) -> list[str]:
     return mods
 
 
-def series_tests(selected) -> list[str]:
-    """thunder/tests test files the patches add (a patch adds its tests with its change)."""
-    return sorted(
-        a for _, _, added in selected for a in added
-        if a.startswith("thunder/tests/") and Path(a).name.startswith("test_") and a.endswith(".py")
-    )
-
-
 def check_tree(label: str, tree: Path, selected) -> tuple[bool, str, dict[str, int]]:
-    """Import check + upstream fast suites + the series' own thunder/tests files, run inside `tree`."""
+    """Import check + upstream fast suites + the tests of the selected patches (patches/tests), inside `tree`."""
     if (err := check_import(tree, _touched_modules(selected))) is not None:
         return False, f"import FAILED: {err}", {}
-    suites = [s for s in UPSTREAM_FAST if (tree / s).exists()] + series_tests(selected)
-    ok, counts, log = run_pytest(label, suites, cwd=tree, env=_env(tree))
-    added = len(series_tests(selected))
-    what = "upstream fast suites" + (f" + {added} series test files" if added else "")
+    fast = [s for s in UPSTREAM_FAST if (tree / s).exists()]
+    selections = series_tests.selections_upto(len(selected))
+    files = [f for f in series_tests.files(selections) if (tree / f).exists()]
+    args = ["-p", "series_tests", "--series-tests", f"--series-upto={len(selected)}"]
+    args += [f"--series-whole={f}" for f in fast] + list(dict.fromkeys(fast + files))
+    env = _env(tree)
+    env["PYTHONPATH"] = f"{env['PYTHONPATH']}:{ROOT / 'scripts'}"
+    ok, counts, log = run_pytest(label, args, cwd=tree, env=env)
+    added = len({s.patch for s in selections})
+    what = "upstream fast suites" + (f" + the tests of {added} patches" if added else "")
     text = f"import ok; {what}: {_describe(counts)}"
     if not ok:
         text += f"  FAILED (log: {patchset._rel(log)})"

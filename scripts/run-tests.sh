@@ -21,25 +21,12 @@ export PYTHONPATH="$root/$tree"
 import thunder
 assert '/$tree/' in thunder.__file__, f'imports the wrong Thunder: {thunder.__file__}'
 print(f'run-tests: thunder {thunder.__version__} from {thunder.__file__}')" || exit 1
-# Upstream-layout tests of the series: the files it adds, and the tests its patches add to upstream files.
-upstream_tests=(
-  thunder/tests/test_inplace_indexed_writes.py
-  thunder/tests/test_dynamo_inplace_indexed_writes.py
-  thunder/tests/test_grouped_query_attention.py
-  thunder/tests/test_update_aliases.py
-  thunder/tests/test_inplace_copy.py
-  "thunder/tests/test_grad.py::test_index_put_gradient_of_values"
-  "thunder/tests/test_dynamo.py::test_symint_input_used_as_a_value_is_traced_once"
-  "thunder/tests/test_dynamo.py::test_symint_input_used_as_a_shape_retraces_and_stays_correct"
-  "thunder/tests/test_dynamo.py::test_jit_symbolic_int_inputs_option"
-  "thunder/tests/test_dynamo.py::test_new_tensor_factories_are_thunder_symbols"
-  "thunder/tests/test_dynamo.py::test_sym_max_sym_min_stay_in_thunder"
-  "thunder/tests/test_dynamo.py::test_histc_matches_torch_bitwise"
-  "thunder/tests/test_dynamo.py::test_histc_stays_in_thunder_under_thunderfx"
-  "thunder/tests/test_dynamo.py::test_fake_backed_custom_op_stays_in_thunder"
-  "thunder/tests/test_torch_compile_executor.py::test_symbolic_int_input_math_stays_out_of_the_compiled_region"
-)
+# Upstream-layout tests of the series (patches/tests lists them: scripts/series_tests.py), and upstream's fast
+# suites of the files the series edits most, whole.
+mapfile -t series_files < <(.venv/bin/python scripts/series_tests.py files) || exit 1
+fast_suites=(thunder/tests/test_update_aliases.py thunder/tests/test_inplace_copy.py)
 status=0
-(cd "$tree" && "$root/.venv/bin/python" -m pytest -p no:cacheprovider -W ignore "${upstream_tests[@]}" "$@") || status=1
+(cd "$tree" && PYTHONPATH="$root/$tree:$root/scripts" "$root/.venv/bin/python" -m pytest -p no:cacheprovider -W ignore \
+  -p series_tests --series-tests "${fast_suites[@]/#/--series-whole=}" "${series_files[@]}" "$@") || status=1
 .venv/bin/python -m pytest tests "$@" || status=1
 exit $status

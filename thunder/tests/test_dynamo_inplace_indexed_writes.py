@@ -82,7 +82,7 @@ WRITE_FORMS = [
 
 ROUTED_UNDER_INDUCTOR = {
     "setitem_tensor_key", "setitem_int_key", "setitem_slice_key", "setitem_ellipsis_key", "setitem_bool_mask",
-    "setitem_scalar_value", "tuple_key_layer_loc", "gpt_fast_slices_then_pos", "index_copy_hf_static_cache",
+    "setitem_scalar_value", "gpt_fast_slices_then_pos", "index_copy_hf_static_cache",
     "index_put_", "torch_index_put_accumulate", "aten_index_put_overload", "index_add_alpha", "bf16_setitem",
     "int64_index_copy",
 }
@@ -111,6 +111,12 @@ _BIG_FORMS = {
     "setitem_slice": lambda b: b.__setitem__(slice(5, 9), 1.0),
     "setitem_bool_mask": lambda b: b.__setitem__(b[:, 0] > 1e9, 2.0),
     "setitem_tuple_key": lambda b: b.__setitem__((_LOC, slice(0, 4)), torch.ones(2, 4)),
+    # Inductor copies the view a partial slice makes before the tensor index (31.8 MiB here).
+    "setitem_tensor_then_partial_slice": lambda b: b.__setitem__((_LOC, slice(0, 16)), torch.ones(2, 16)),
+    "setitem_partial_slice_then_tensor": lambda b: b.__setitem__(
+        (slice(0, _ROWS // 2), torch.tensor([1, 2])), torch.ones(_ROWS // 2, 2)
+    ),
+    "setitem_full_slice_then_tensor": lambda b: b.__setitem__((slice(None), torch.tensor([1, 2])), 3.0),
     "setitem_through_view": lambda b: b.view(2, _ROWS // 2, 32)[1].__setitem__(_LOC, torch.ones(2, 32)),
     "scatter_": lambda b: b.scatter_(0, _LOC[:, None].expand(2, 32), torch.ones(2, 32)),
     "scatter_reduce_": lambda b: b.scatter_reduce_(0, _LOC[:, None].expand(2, 32), torch.ones(2, 32), "amax"),
@@ -121,8 +127,10 @@ _BIG_FORMS = {
 @pytest.mark.parametrize("option", ["inplace", "inductor"])
 @pytest.mark.parametrize("form", sorted(_BIG_FORMS))
 def test_peak_memory_of_one_call_is_far_below_the_buffer(form, option):
-    # Inductor copies the whole destination for scatter_/masked_fill_ and the viewed slice for a write
-    # through a view: those are not routed, so no option lets such a copy in.
+    # Inductor copies the whole destination for scatter_/masked_fill_, and the viewed slice for a write
+    # through a view or a key that mixes a tensor with an int, a partial slice or None: those are not
+    # routed, so no option lets such a copy in. The bound is a sixteenth of the buffer (4 MiB), below the
+    # smallest such copy measured here (a quarter of the columns: 8 MiB).
     write = _BIG_FORMS[form]
 
     def fn(b):
@@ -132,7 +140,7 @@ def test_peak_memory_of_one_call_is_far_below_the_buffer(form, option):
     compiled(torch.zeros(_ROWS, 32))  # compile outside the measured call
     buf = torch.zeros(_ROWS, 32)
     growth = peak_memory_growth(compiled, buf)
-    assert growth < buf.nbytes // 4, f"one call grew peak memory by {growth / 2**20:.1f} MiB (buffer 64 MiB)"
+    assert growth < buf.nbytes // 16, f"one call grew peak memory by {growth / 2**20:.1f} MiB (buffer 64 MiB)"
     expected = torch.zeros(_ROWS, 32)
     write(expected)
     assert torch.equal(buf, expected)
