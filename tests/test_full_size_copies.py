@@ -61,3 +61,30 @@ copy_ of l_k_buffer_ [1024, 8, 64] (1048576 bytes): t8 = copy_(t7, t6, grad_enab
         jf(torch.ones(16, 4), torch.tensor([1]))
         assert full_size_copies.find_full_size_copies(thunder.last_traces(jf)[-1]) == []
 
+
+
+class TestFindLargeTensors(TestCase):
+    def test_views_of_split_are_not_large_tensors(self):
+        # DeepSeek-V3's attention splits the expansion of its compressed cache; the pieces are views.
+        import thunder
+
+        def f(kv):
+            k, v = torch.split(kv, [32, 32], -1)
+            return k.sum() + v.sum()
+
+        jf = thunder.jit(f)
+        jf(torch.ones(1, 4, 256, 64))
+        assert full_size_copies.find_large_tensors(thunder.last_traces(jf)[-1], 4 * 256 * 32) == []
+
+    def test_a_clone_of_the_input_is_a_large_tensor_and_eager_counts_it_too(self):
+        import thunder
+
+        def f(cache):
+            return cache.clone().mul_(2)
+
+        cache = torch.ones(64, 64)
+        jf = thunder.jit(f)
+        jf(cache)
+        found = full_size_copies.find_large_tensors(thunder.last_traces(jf)[-1], cache.numel())
+        eager = full_size_copies.eager_large_tensors(f, cache, min_numel=cache.numel())
+        assert len(found) >= 1 and [t.kind for t in eager] == ["clone"]

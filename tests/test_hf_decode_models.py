@@ -63,3 +63,43 @@ def test_gpt_oss_decode_traces_each_segment_once_and_makes_no_cache_size_tensor(
     full_layer = max((layer.keys for layer in decode.cache.layers), key=lambda keys: keys.numel())
     large = [t for trace in _thunder_traces(backend) for t in full_size_copies.find_large_tensors(trace, full_layer.numel())]
     assert large == [], "\n".join(map(str, large))
+
+
+def _segments(backend) -> list[tuple[int, int]]:
+    """(Thunder segments, Inductor segments) of each Dynamo graph."""
+    counts = []
+    for info in backend.subgraph_infos:
+        split = info.split_graph_module
+        inductor = sum(1 for name, _ in split.named_children() if name.startswith("inductor")) if split is not None else 0
+        counts.append((len(info.thunder_compiled_fns or []), inductor))
+    return counts
+
+
+# From a config, the parameters require grad, as from_pretrained leaves them; users decode under no_grad.
+# mistral and gemma3 decode past their sliding window (the cache rolls every step).
+@pytest.mark.claims_fix
+@pytest.mark.parametrize(
+    "family", ["mistral", pytest.param("gemma3", marks=pytest.mark.slow), "mixtral", "qwen3_moe", "deepseek_v3"]
+)
+def test_decode_is_one_thunder_segment_per_graph(family):
+    import thunder
+
+    max_cache_len, steps = 256, hf_models.SLIDING_WINDOW - hf_models.PROMPT_LEN + 3
+    model, config = hf_models.tiny_decoder(family, max_cache_len, frozen=False)
+    expected = hf_models.greedy_decode(model, config, model, max_cache_len, steps)
+    full_layer = max((layer.keys for layer in expected.cache.layers), key=lambda keys: keys.numel())
+    eager_large = full_size_copies.eager_large_tensors(expected.step, model, min_numel=full_layer.numel())
+
+    compiled, backend = thunderfx(model, fullgraph=False)
+    decode = hf_models.greedy_decode(model, config, compiled, max_cache_len, steps)
+
+    assert decode.tokens == expected.tokens[: len(decode.tokens)]
+    reasons = [r.info for info in backend.subgraph_infos for r in (info.split_reasons or [])]
+    assert _segments(backend) and all(c == (1, 0) for c in _segments(backend)), (_segments(backend), reasons)
+    stats = [thunder.compile_stats(fn) for info in backend.subgraph_infos for fn in info.thunder_compiled_fns]
+    assert all(s.cache_misses == 1 for s in stats), [(s.cache_hits, s.cache_misses) for s in stats]
+    # A tensor of a cache's size that eager's step makes too (DeepSeek-V3's kv_b_proj expansion, the roll of a
+    # full sliding window) is the model's own; each graph may make no more of them than eager's last step.
+    for trace in full_size_copies.thunderfx_execution_traces(backend):
+        large = full_size_copies.find_large_tensors(trace, full_layer.numel())
+        assert len(large) <= len(eager_large), ("\n".join(map(str, large)), "\n".join(map(str, eager_large)))

@@ -42,7 +42,7 @@ import thunder.torch as ltorch
 __all__ = [
     "INDUCTOR_REINPLACED_WRITES",
     "IndexedWrite",
-    "check_no_aliased_write_under_grad",
+    "find_aliased_writes_under_grad",
     "find_indexed_writes_on_inputs",
     "indexed_write_op_name",
 ]
@@ -178,33 +178,136 @@ def _storage(value: torch.Tensor) -> StorageWeakRef | None:
         return None
 
 
-def check_no_aliased_write_under_grad(gm: torch.fx.GraphModule) -> None:
-    """Raises ``NotImplementedError`` for an in-place indexed write whose destination shares storage with
-    another tensor of the graph (it is a view, or has views) while a gradient may flow through it (the
-    destination or a written value requires grad).
+def _thunder_symbol(node: torch.fx.Node):
+    if node.op == "call_method":
+        target = getattr(torch.Tensor, node.target, None)
+    elif node.op == "call_function":
+        target = node.target
+    else:
+        return None
+    try:
+        return ltorch._torch_to_thunder_function_map.get(target)
+    except TypeError:  # unhashable target
+        return None
 
-    thunder.torch refuses such a write when it traces it (Thunder's gradient would miss the write); saying
-    so here, before the split, gives the same error at once instead of from inside a segment's trace.
+
+def find_aliased_writes_under_grad(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, str]:
+    """The nodes that go to Inductor because a gradient flows through an in-place indexed write into their
+    storage which leaves an alias of it, made before the write, to be read after it, or which is a graph
+    input that requires grad; each with why.
+
+    Those are the nodes from the first whose value shares that storage (the base, its views, the writes) to
+    the last, in one Inductor segment (views passed between two Inductor segments went wrong in AOT's
+    replay of the write). Inductor's gradient of them is eager's. thunder.jit makes most such aliases again
+    from the written tensor (thunder.torch.indexed_writes.rebase_views_after_differentiable_writes), but a
+    segment sees the views only when they are made inside it (an alias passed in from an earlier segment has
+    no view relation), and some it refuses (views by ``reshape``, arguments that require grad); leaving the
+    storage's nodes together to Inductor keeps Thunder segments free of such writes. A write whose aliases
+    are read only before it stays in Thunder (the functional lowering). Nothing here raises: a node it
+    declines goes to Inductor with a split reason.
+
+    Before (``y = x * 1; v = y.view(-1); y[0] = w; return (v * v).sum()``, ``x``, ``w`` requiring grad)::
+
+        mul = l_x_ * 1
+        v = mul.view(-1)
+        mul[0] = l_w_
+        mul_1 = v * v;  sum_1 = mul_1.sum()
+
+    After the split: ``inductor_0`` makes ``mul`` and ``v`` and writes (its outputs are eager's views of
+    ``mul``, with the write in their history); ``thunder_1`` reads ``v``.
     """
-    users_of_storage: dict[StorageWeakRef, int] = {}
-    for node in gm.graph.nodes:
-        if indexed_write_op_name(node) is None and (value := _example_value(node)) is not None:
+    nodes = list(gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    # Storage classes: nodes whose values share storage, and the nodes Thunder takes for views whatever
+    #   their strides (reshape, contiguous, ...), with their first argument.
+    parent: dict[object, object] = {}
+
+    def find(key):
+        while (p := parent.get(key, key)) is not key:
+            parent[key] = parent.get(p, p)
+            key = p
+        return key
+
+    def union(a, b):
+        parent[find(a)] = find(b)
+
+    storages: dict[StorageWeakRef, StorageWeakRef] = {}  # one key object per storage: find() compares by identity
+    for node in nodes:
+        for value in _example_values(node):
             if (storage := _storage(value)) is not None:
-                users_of_storage[storage] = users_of_storage.get(storage, 0) + 1
+                union(node, storages.setdefault(storage, storage))
+        if _thunder_symbol(node) in ltorch._syms_that_may_return_views and node.args:
+            if isinstance(node.args[0], torch.fx.Node):
+                union(node, node.args[0])
+
+    # A node's value may require grad if its example value does, or it is made from one that may.
+    may_require_grad: set[torch.fx.Node] = set()
+    for node in nodes:
+        values = _example_values(node)
+        if any(v.requires_grad for v in values) or (
+            any(v.is_floating_point() or v.is_complex() for v in values)
+            and any(a in may_require_grad for a in node.all_input_nodes)
+        ):
+            may_require_grad.add(node)
+    grad_classes = {find(n) for n in may_require_grad}
+
+    routed: dict[torch.fx.Node, str] = {}
     # Dynamo compiles a frame under the grad mode it runs in, and records changes of it as nodes.
     grad_enabled = torch.is_grad_enabled()
-    for node in gm.graph.nodes:
+    for node in nodes:
         if node.op == "call_function" and node.target is torch._C._set_grad_enabled:
             grad_enabled = bool(node.args[0])
             continue
         op_name = indexed_write_op_name(node)
-        destination = _example_value(node.args[0]) if op_name is not None and node.args else None
-        if not grad_enabled or destination is None or (storage := _storage(destination)) is None:
+        destination = node.args[0] if op_name is not None and node.args else None
+        if not grad_enabled or not isinstance(destination, torch.fx.Node) or not _example_values(destination):
             continue
-        written = [_example_value(a) for a in torch.utils._pytree.tree_leaves((node.args, node.kwargs))]
-        if any(v is not None and v.requires_grad for v in written) and users_of_storage.get(storage, 0) > 1:
-            raise NotImplementedError(
-                f"{op_name} (node {node.name}): an in-place write into a view (or a tensor with views) where a "
-                "gradient may flow is not supported: its gradient would be wrong. Write into the base tensor, "
-                "or run under torch.no_grad()"
+        storage_class = find(destination)
+        if storage_class not in grad_classes and not any(a in may_require_grad for a in node.all_input_nodes):
+            continue
+        stale = [
+            n
+            for n in nodes[: order[node]]
+            if n is not destination
+            and find(n) is storage_class
+            and not _is_same_tensor(n, destination)
+            and any(order[u] > order[node] for u in n.users)
+        ]
+        # A graph input that requires grad: Thunder's autograd.Function does not tell PyTorch that it writes it
+        #   (mark_dirty), so the input's own gradient (of the elements it keeps) would be lost.
+        written_inputs = [
+            n
+            for n in nodes
+            if n.op == "placeholder" and find(n) is storage_class and any(v.requires_grad for v in _example_values(n))
+        ]
+        if stale:
+            why = f"whose alias {stale[0].name} is read after the write"
+        elif written_inputs:
+            why = f"which is (a view of) the graph input {written_inputs[0].name} that requires grad"
+        else:
+            continue
+        reason = (
+            f"node with name: {node.name} and target: {op_name} writes in place, where a gradient flows, into "
+            f"{destination.name}, {why}; the nodes of that storage go to Inductor, whose gradient of them is eager's"
+        )
+        # The nodes of the storage (a write's node has no value of its own: operator.setitem returns None),
+        #   and every node between them, so that its views do not pass between Inductor segments.
+        members = [
+            order[n]
+            for n in nodes
+            if n.op.startswith("call_")
+            and (
+                find(n) is storage_class
+                or (indexed_write_op_name(n) is not None and n.args and find(n.args[0]) is storage_class)
             )
+        ]
+        for n in nodes[min(members) : max(members) + 1]:
+            if n.op.startswith("call_"):
+                routed.setdefault(n, reason)
+    return routed
+
+
+def _is_same_tensor(node: torch.fx.Node, other: torch.fx.Node) -> bool:
+    """Whether ``node`` is the result of an in-place op on ``other`` (Dynamo records the same tensor)."""
+    values, others = _example_values(node), _example_values(other)
+    return len(values) == 1 and len(others) == 1 and values[0] is others[0]

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FullSizeCopy",
     "LargeTensor",
+    "eager_large_tensors",
     "find_large_tensors",
     "find_full_size_copies",
     "full_size_copy_bytes",
@@ -94,11 +95,18 @@ def _is_view_op(bsym: BoundSymbol) -> bool:
 
     if bsym.sym in ltorch._syms_returning_views or bsym.sym in ltorch._syms_that_may_return_views:
         return True
-    # An executor's symbol (e.g. torchex's `Tensor.__getitem__`) keeps the ltorch op it implements as its
-    # only subsymbol.
-    if len(bsym.subsymbols) == 1 and bsym.subsymbols[0].output is bsym.output:
+    # An executor's symbol (e.g. torchex's `Tensor.__getitem__`, `torch.split`) keeps the ltorch op it
+    # implements as its only subsymbol, with the same outputs (a tuple of them for split/chunk/unbind).
+    if len(bsym.subsymbols) == 1 and _same_outputs(bsym.subsymbols[0], bsym):
         return _is_view_op(bsym.subsymbols[0])
     return False
+
+
+def _same_outputs(a: BoundSymbol, b: BoundSymbol) -> bool:
+    if a.output is b.output:
+        return True
+    a_outs, b_outs = _tensors(a.output), _tensors(b.output)
+    return bool(a_outs) and [t.name for t in a_outs] == [t.name for t in b_outs]
 
 
 def _walk(bsyms: Iterable[BoundSymbol], in_fusion: bool = False) -> Iterator[BoundSymbol]:
@@ -191,7 +199,7 @@ def _writes_in_place(bsym: BoundSymbol) -> bool:
     """Whether ``bsym`` returns (a new proxy for) the tensor it writes, so its result is no new memory."""
     if bsym.sym.name in _COPY_NAMES or any(getattr(t, "name", "") == "IN_PLACE" for t in (bsym.sym.tags or ())):
         return True
-    return len(bsym.subsymbols) == 1 and bsym.subsymbols[0].output is bsym.output and _writes_in_place(bsym.subsymbols[0])
+    return len(bsym.subsymbols) == 1 and _same_outputs(bsym.subsymbols[0], bsym) and _writes_in_place(bsym.subsymbols[0])
 
 
 def find_large_tensors(trace: TraceCtx, min_numel: int) -> list[LargeTensor]:
@@ -232,6 +240,36 @@ def find_large_tensors(trace: TraceCtx, min_numel: int) -> list[LargeTensor]:
         for o in outs:
             if _numel(o) >= min_numel:
                 found.append(LargeTensor(bsym.sym.name, _line(bsym), tuple(int(s) for s in o.shape), _nbytes(o)))
+    return found
+
+
+def eager_large_tensors(fn, /, *args, min_numel: int, **kwargs) -> list[LargeTensor]:
+    """The tensors of at least ``min_numel`` elements that eager PyTorch makes in one call
+    ``fn(*args, **kwargs)``: the outputs of ATen ops that are not views of their inputs, in call order.
+
+    The reference for :func:`find_large_tensors`: a model's own step may make a tensor of a cache's size
+    (DeepSeek-V3 expands its compressed cache with ``kv_b_proj``; a full sliding-window cache rolls), and
+    Thunder doing the same is not a copy it adds. Compare counts: Thunder's traces should make no more.
+    """
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten as torch_tree_flatten
+
+    found: list[LargeTensor] = []
+
+    class _Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            flat_args = torch_tree_flatten((args, kwargs))[0]
+            inputs = {t.untyped_storage().data_ptr() for t in flat_args if isinstance(t, torch.Tensor)}
+            for o in torch_tree_flatten(out)[0]:
+                if isinstance(o, torch.Tensor) and o.numel() >= min_numel and o.untyped_storage().data_ptr() not in inputs:
+                    name = func.overloadpacket.__name__
+                    found.append(LargeTensor(name, str(func), tuple(o.shape), o.numel() * o.element_size()))
+            return out
+
+    with _Record():
+        fn(*args, **kwargs)
     return found
 
 

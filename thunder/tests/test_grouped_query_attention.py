@@ -1,9 +1,9 @@
 """Attention over repeated key/value heads runs on the grouped heads: no copy of the key/value tensors.
 
 See thunder/transforms/grouped_query_attention.py. Each case is a decode- or prefill-shaped attention
-over a key/value "cache" whose heads are repeated the way models do it; the result must match eager, the
+over a key/value "cache" whose heads are repeated the way models do it; where the rewrite applies the
 execution trace must make no tensor as large as the cache, and one call must not grow the peak memory by
-anything near the cache's size.
+anything near the cache's size; where it does not, the attention must be left as it is.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import torch.nn.functional as F
 import thunder
 from thunder.examine.full_size_copies import find_large_tensors, peak_memory_growth
 
+FOLD = {"grouped_query_attention": "fold"}
+
 
 def _repeat_kv(hidden_states, n_rep):
     # Hugging Face's repeat_kv (transformers/integrations/sdpa_attention.py), the form its models trace to
@@ -24,9 +26,11 @@ def _repeat_kv(hidden_states, n_rep):
     return hidden_states.reshape(batch, kv_heads * n_rep, length, head_dim)
 
 
-def _hf_attention(q, k, v, mask):
+def _hf_attention(q, k, v, mask, is_causal=False):
     n_rep = q.shape[1] // k.shape[1]
-    return F.scaled_dot_product_attention(q, _repeat_kv(k, n_rep), _repeat_kv(v, n_rep), attn_mask=mask, scale=0.125)
+    return F.scaled_dot_product_attention(
+        q, _repeat_kv(k, n_rep), _repeat_kv(v, n_rep), attn_mask=mask, is_causal=is_causal, scale=0.125
+    )
 
 
 def _litgpt_attention(q, k, v, mask):
@@ -53,6 +57,7 @@ def _inputs(batch, heads, kv_heads, q_len, length, mask_kind, dtype=torch.float3
         "bool_shared": torch.rand(batch, 1, q_len, length, generator=generator) < 0.9,
         "float_per_head": torch.randn(batch, heads, q_len, length, generator=generator, dtype=dtype),
         "float_2d": torch.randn(q_len, length, generator=generator, dtype=dtype),
+        "key_padding": torch.rand(batch, 1, 1, length, generator=generator) < 0.9,
     }[mask_kind]
     return q, k, v, mask
 
@@ -77,32 +82,118 @@ _ATTENTIONS = {
 }
 
 
-@pytest.mark.parametrize("mask_kind", ["none", "bool_shared", "float_per_head", "float_2d"])
+def _repeats(trace):
+    return [b for b in trace.bound_symbols if b.sym.name in ("reshape", "repeat_interleave", "expand")]
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "key_padding"])
 @pytest.mark.parametrize("q_len", [1, 5], ids=["decode", "prefill"])
 @pytest.mark.parametrize("form", sorted(_ATTENTIONS))
-def test_attention_over_repeated_kv_heads_makes_no_cache_size_tensor(form, q_len, mask_kind):
+def test_fold_makes_no_cache_size_tensor(form, q_len, mask_kind):
     attention = _ATTENTIONS[form]
     q, k, v, mask = _inputs(2, 8, 2, q_len, 512, mask_kind)
-    if attention is _written_out_attention and mask is not None and mask.dtype == torch.bool:
+    if attention is _written_out_attention and mask is not None:
         mask = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
-    jitted = thunder.jit(attention)
+    jitted = thunder.jit(attention, **FOLD)
     torch.testing.assert_close(jitted(q, k, v, mask), attention(q, k, v, mask))
+    assert find_large_tensors(thunder.last_traces(jitted)[-1], k.numel()) == []
+
+
+@pytest.mark.parametrize("mask_kind", ["bool_shared", "float_per_head", "float_2d"])
+def test_fold_leaves_attention_with_a_mask_per_row_or_head_alone(mask_kind):
+    # Folding would need the mask repeated n_rep times (per row) or regrouped (per head): more memory than
+    # the repeats it removes once the query is longer than twice the head dim. Such attention keeps its repeats.
+    q, k, v, mask = _inputs(1, 8, 2, 64, 64, mask_kind, head_dim=8)
+    jitted = thunder.jit(_hf_attention, **FOLD)
+    assert torch.equal(jitted(q, k, v, mask), _hf_attention(q, k, v, mask))
+    assert find_large_tensors(thunder.last_traces(jitted)[-1], 2 * mask.numel()) == []
+
+
+@pytest.mark.parametrize("options", [{}, FOLD], ids=["default", "fold"])
+def test_prefill_with_a_mask_grows_the_peak_memory_no_more_than_the_repeats(options):
+    # A 2,048-token prefill over a float mask shared by the heads (16 MiB); the repeats are 1 MiB each.
+    q, k, v, _ = _inputs(1, 8, 2, 2048, 2048, "none", head_dim=16)
+    mask = torch.zeros(1, 1, 2048, 2048).masked_fill(torch.rand(1, 1, 2048, 2048) < 0.1, float("-inf"))
+    on = thunder.jit(_hf_attention, **options)
+    expected = _hf_attention(q, k, v, mask)
+    torch.testing.assert_close(on(q, k, v, mask), expected)
+    # Eager repeats the keys and values, as stock Thunder does.
+    growth_eager = peak_memory_growth(_hf_attention, q, k, v, mask)
+    growth_on = peak_memory_growth(on, q, k, v, mask)
+    assert growth_on <= growth_eager + (8 << 20), f"{growth_on >> 20} MiB on, {growth_eager >> 20} MiB eager"
+
+
+@pytest.mark.parametrize("options", [{}, FOLD], ids=["default", "fold"])
+def test_symbolic_values_trace_takes_its_sizes_from_the_proxies(options):
+    # One trace serves every size under cache="symbolic values": nothing in it may be an int baked at trace time.
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, _repeat_kv(k, 2), _repeat_kv(v, 2))
+
+    jitted = thunder.jit(attention, cache="symbolic values", **options)
+    for batch, q_len in ((2, 1), (1, 2), (1, 3), (3, 1)):
+        q, k, v, _ = _inputs(batch, 4, 2, q_len, 5, "none", head_dim=8)
+        actual, expected = jitted(q, k, v), attention(q, k, v)
+        assert actual.shape == expected.shape
+        torch.testing.assert_close(actual, expected)
+
+
+_SDPA_FORMS = {"hf_repeat_kv": 2, "repeat_interleave": 2, "multi_query": 1}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("mask_kind", ["none", "causal", "bool_shared", "float_per_head", "float_2d", "key_padding"])
+@pytest.mark.parametrize("q_len", [1, 37], ids=["decode", "prefill"])
+@pytest.mark.parametrize("form", sorted(_SDPA_FORMS))
+def test_default_reads_the_grouped_heads_bitwise_as_eager(form, q_len, mask_kind, dtype):
+    # enable_gqa=True on CPU: every mask and is_causal as they are, and eager's bits.
+    attention = {"hf_repeat_kv": _hf_attention, "repeat_interleave": _litgpt_attention}.get(form, _multi_query_attention)
+    kwargs = {"is_causal": True} if mask_kind == "causal" else {}
+    q, k, v, mask = _inputs(2, 8, _SDPA_FORMS[form], q_len, 300, "none" if kwargs else mask_kind, dtype=dtype)
+    if kwargs:
+        q = q[:, :, :1] if q_len == 1 else q
+        k, v = k[:, :, :q_len], v[:, :, :q_len]  # is_causal aligns the square top-left
+
+        def attention(q, k, v, mask, attention=attention):
+            return _hf_attention(q, k, v, mask, **kwargs) if attention is _hf_attention else attention(q, k, v, mask)
+
+    jitted = thunder.jit(attention)
+    assert torch.equal(jitted(q, k, v, mask), attention(q, k, v, mask))
+    trace = thunder.last_traces(jitted)[-1]
+    assert _repeats(trace) == []
+    if attention is not _multi_query_attention:
+        assert any(b.kwargs.get("enable_gqa") for b in trace.bound_symbols if "scaled_dot" in b.sym.name)
+
+
+def test_grouped_query_attention_option():
+    q, k, v, mask = _inputs(1, 4, 2, 1, 64, "none")
+    with pytest.raises(ValueError, match="grouped_query_attention"):
+        thunder.jit(_hf_attention, grouped_query_attention="sometimes")(q, k, v, mask)
+    for off in ("off", False):
+        jitted = thunder.jit(_hf_attention, grouped_query_attention=off)
+        assert torch.equal(jitted(q, k, v, mask), _hf_attention(q, k, v, mask))
+        assert len(_repeats(thunder.last_traces(jitted)[-1])) >= 2
+    # The pass as a user transform (after the alias pass).
+    from thunder.transforms import GroupedQueryAttentionTransform
+
+    jitted = thunder.jit(_hf_attention, transforms=[GroupedQueryAttentionTransform()])
+    torch.testing.assert_close(jitted(q, k, v, mask), _hf_attention(q, k, v, mask))
     assert find_large_tensors(thunder.last_traces(jitted)[-1], k.numel()) == []
 
 
 def test_multi_query_attention_reads_the_single_head():
     # Kept behaviour, not the fix: a broadcast of one key/value head (no reshape) was never copied, on
     # stock either; the pass rewrites it too and must keep the values and the absence of copies.
-    q, k, v, mask = _inputs(1, 4, 1, 1, 512, "bool_shared")
-    jitted = thunder.jit(_multi_query_attention)
+    q, k, v, mask = _inputs(1, 4, 1, 1, 512, "key_padding")
+    jitted = thunder.jit(_multi_query_attention, **FOLD)
     torch.testing.assert_close(jitted(q, k, v, mask), _multi_query_attention(q, k, v, mask))
     assert find_large_tensors(thunder.last_traces(jitted)[-1], k.numel()) == []
 
 
-def test_decode_attention_peak_memory_is_far_below_the_cache():
+@pytest.mark.parametrize("options", [{}, FOLD], ids=["default", "fold"])
+def test_decode_attention_peak_memory_is_far_below_the_cache(options):
     # 4 query heads over 2 key/value heads of 64 MiB each: the repeat copied 2 x 128 MiB per call.
-    q, k, v, mask = _inputs(1, 4, 2, 1, 131072, "bool_shared")
-    jitted = thunder.jit(_hf_attention)
+    q, k, v, mask = _inputs(1, 4, 2, 1, 131072, "key_padding")
+    jitted = thunder.jit(_hf_attention, **options)
     expected = _hf_attention(q, k, v, mask)
     torch.testing.assert_close(jitted(q, k, v, mask), expected)
     growth = peak_memory_growth(jitted, q, k, v, mask)
@@ -111,8 +202,8 @@ def test_decode_attention_peak_memory_is_far_below_the_cache():
 
 def test_decode_tokens_match_eager_in_bfloat16():
     # The folded form runs the same per-head softmax rows; in bfloat16 it must pick eager's argmax.
-    q, k, v, mask = _inputs(1, 8, 2, 1, 2048, "bool_shared", dtype=torch.bfloat16)
-    jitted = thunder.jit(_hf_attention)
+    q, k, v, mask = _inputs(1, 8, 2, 1, 2048, "key_padding", dtype=torch.bfloat16)
+    jitted = thunder.jit(_hf_attention, **FOLD)
     actual, expected = jitted(q, k, v, mask), _hf_attention(q, k, v, mask)
     torch.testing.assert_close(actual, expected)
     assert torch.equal(actual.float().argmax(-1), expected.float().argmax(-1))
@@ -125,23 +216,24 @@ def test_decode_tokens_match_eager_in_bfloat16():
 )
 def test_forms_left_alone_or_rewritten_still_match_eager(kwargs):
     # is_causal aligns its mask to each head's rows; folding heads into rows would shift it, so the
-    # rewrite must leave it alone (mask=None is required with is_causal).
+    # fold must leave it alone (mask=None is required with is_causal).
     def attention(q, k, v):
         n_rep = q.shape[1] // k.shape[1]
         return F.scaled_dot_product_attention(q, _repeat_kv(k, n_rep), _repeat_kv(v, n_rep), **kwargs)
 
     q, k, v, _ = _inputs(1, 4, 2, 6, 6, "none")
-    torch.testing.assert_close(thunder.jit(attention)(q, k, v), attention(q, k, v))
+    torch.testing.assert_close(thunder.jit(attention, **FOLD)(q, k, v), attention(q, k, v))
 
 
-def test_gradients_flow_to_the_grouped_key_and_value():
+@pytest.mark.parametrize("options", [{}, FOLD], ids=["default", "fold"])
+def test_gradients_flow_to_the_grouped_key_and_value(options):
     def make():
-        q, k, v, mask = _inputs(1, 4, 2, 3, 16, "float_per_head")
+        q, k, v, mask = _inputs(1, 4, 2, 3, 16, "key_padding")
         return [t.requires_grad_() for t in (q, k, v)], mask
 
     (q, k, v), mask = make()
     (qe, ke, ve), _ = make()
-    out = thunder.jit(_hf_attention)(q, k, v, mask)
+    out = thunder.jit(_hf_attention, **options)(q, k, v, mask)
     expected = _hf_attention(qe, ke, ve, mask)
     torch.testing.assert_close(out, expected)
     grad = torch.randn_like(out)

@@ -5,15 +5,29 @@ attention code usually repeats each key/value head ``n_rep`` times before callin
 ``scaled_dot_product_attention``: Hugging Face's ``repeat_kv`` (an expand then a reshape), or
 ``repeat_interleave(n_rep, dim=1)`` in litgpt and gpt-fast. The reshape of the expanded tensor is a copy:
 in a decode step it copies every layer's whole key and value cache, ``n_rep`` times over, to attend with a
-single query token. Eager Hugging Face code avoids it when it is not being compiled (``pack_gqa``: the
-query heads of a group become query rows of that group); under a compiler it takes the repeat path.
+single query token; in a prefill it copies the prompt's keys and values ``n_rep`` times over. Eager Hugging
+Face code avoids it when it is not being compiled (``pack_gqa``); under a compiler it takes the repeat path.
 
-:func:`attend_to_grouped_kv_heads` rewrites such an attention on the computation trace so that it reads
-the grouped heads directly (``scaled_dot_product_attention``, and the two ``matmul``s of an attention
-written out, as gpt-oss does around its attention sinks): the ``n_rep`` query heads of a group are folded into the query-length axis,
-attention runs on the ``kv`` heads, and the result is unfolded. Only the query, the result and (where it
-varies by query head or row) the mask are reshaped; they are the size of a step's activations, not of
-the cache. The repeat becomes dead code, which DCE removes.
+:class:`GroupedQueryAttentionTransform` rewrites such an attention on the computation trace so that it
+reads the grouped heads. ``thunder.jit`` runs it before the alias pass (which would otherwise list the
+repeated copies among the cache's aliases) as its compile option ``grouped_query_attention`` chooses:
+
+``"sdpa"`` (the default)
+    ``scaled_dot_product_attention(q, repeat(k), repeat(v), mask, ...)`` on CPU becomes
+    ``scaled_dot_product_attention(q, k, v, mask, ..., enable_gqa=True)``. PyTorch's CPU kernel reads key/value
+    head ``h // n_rep`` for query head ``h`` with the same blocking, so the result is bitwise the attention
+    over the repeated heads (eager's); the query, the mask and ``is_causal`` are passed as they are, and no
+    size is read from the trace. CUDA is left alone: the fused kernels the executors pick there decline
+    ``enable_gqa`` (PyTorch's memory-efficient kernel has no grouped-query support), and the math
+    fallback would make the whole score matrix.
+``"fold"``
+    Also, where ``"sdpa"`` does not apply, the ``n_rep`` query heads of a group are folded into the
+    query-length axis, attention runs on the ``kv`` heads, and the result is unfolded:
+    ``scaled_dot_product_attention`` off CPU and the two ``matmul``s of an attention written out (gpt-oss
+    around its attention sinks, Hugging Face's eager attention). The matmul shapes change, and with them
+    the last bits of the result, so it is opt-in.
+``"off"``
+    Nothing is rewritten.
 
 Before (decode step of a layer with 4 query heads and 2 key/value heads; ``k``/``v`` are the cache)::
 
@@ -23,47 +37,100 @@ Before (decode step of a layer with 4 query heads and 2 key/value heads; ``k``/`
     ... the same for v: t5 ...
     out = ltorch.scaled_dot_product_attention(q, t2, t5, mask, 0.0, False, scale=0.125)  # q: [1, 4, 1, 64]
 
-After::
+After, with ``"sdpa"``::
 
-    t6 = ltorch.reshape(q, 1, 2, 2, 64)                         # query heads of a group as query rows
+    out = ltorch.scaled_dot_product_attention(q, k, v, mask, 0.0, False, scale=0.125, enable_gqa=True)
+
+Where no executor runs the whole op (under autograd Thunder differentiates the decomposition), the
+decomposition repeats the heads as the program did.
+
+After, with ``"fold"`` (the sizes come from the proxies, so a trace made under ``cache="symbolic values"``
+stays right for other sizes)::
+
+    (b, h, m, d) = prims.shape(q)
+    (_, g, _, _) = prims.shape(k)
+    t6 = ltorch.reshape(q, (b, g, -1, d))                       # query heads of a group as query rows
     t7 = ltorch.scaled_dot_product_attention(t6, k, v, mask, 0.0, False, scale=0.125)  # [1, 2, 2, 64]
-    out = ltorch.reshape(t7, 1, 4, 1, 64)
+    out = ltorch.reshape(t7, (b, h, m, d))
 
-This is the same computation (each query head attends to the keys of its group with its own softmax row)
-with the same operands, so the tokens a model produces do not change; the matmul shapes do, so the last
-bits of the result may differ from the repeated form, as they do between eager's two forms.
+Folding never copies the mask: a mask is kept only where it is the same for every query head and row of
+a group (no head and row dims, or dims of size 1 fixed in the trace, such as a key-padding mask); a mask
+that varies by query row (a prefill's causal mask) or head would have to be repeated ``n_rep`` times, so
+such an attention is left as it is, as are ``is_causal`` (a causal mask is aligned to each head's rows)
+and dropout. The query is copied where its layout does not fold (the size of one step's queries, not of
+the keys).
 
-A ``matmul(a, r)`` or ``matmul(a, r.transpose(2, 3))`` whose ``r`` is a head repeat of a 4-D ``x`` becomes
-``matmul(a folded, x)`` (or ``x.transpose(2, 3)``), unfolded: the scores and the weighted sum of the
-written-out attention.
-
-The attention rewrite applies when both key and value are repeats of the same grouping of 4-D tensors, the query
-is 4-D with the key's batch, ``dropout_p`` is 0 and ``is_causal`` is False (folding query heads into rows
-would shift a causal mask, which is aligned to the top-left of each head's rows). Anything else is left
-as it is.
+The repeat is recognized from the primitives that make the key and value (broadcasts, then at most one
+reshape of a 4-D tensor): the sizes it keeps must be the very sizes of the grouped tensor (the same
+proxies, or equal ints), so the match holds for every size the trace may be called with.
 """
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from enum import Enum, auto
+from numbers import Number
+from typing import Any
 
-from thunder.core import prims
-from thunder.core.proxies import TensorProxy, variableify
-from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
+import torch
+from looseversion import LooseVersion
+
+from thunder.core import devices, prims
+from thunder.core.options import _unknown_option
+from thunder.core.proxies import IntegerProxy, TensorProxy, variableify
 from thunder.core.symbol import BoundSymbol
+from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, tracectx
+from thunder.core.transform_common import Transform
 import thunder.torch as ltorch
 
-__all__ = ["attend_to_grouped_kv_heads"]
+__all__ = [
+    "GROUPED_QUERY_ATTENTION_OPTIONS",
+    "GroupedQueryAttentionTransform",
+    "resolve_grouped_query_attention_option",
+]
+
+
+class GROUPED_QUERY_ATTENTION_OPTIONS(Enum):
+    """What ``thunder.jit``'s compile option ``grouped_query_attention`` rewrites; see the module docstring."""
+
+    OFF = auto()
+    SDPA = auto()
+    FOLD = auto()
+
+
+_str_to_grouped_query_attention_options_map: dict[str, GROUPED_QUERY_ATTENTION_OPTIONS] = {
+    "off": GROUPED_QUERY_ATTENTION_OPTIONS.OFF,
+    "sdpa": GROUPED_QUERY_ATTENTION_OPTIONS.SDPA,
+    "fold": GROUPED_QUERY_ATTENTION_OPTIONS.FOLD,
+}
+_DEFAULT_OPTION = "sdpa"
+
+# torch.nn.functional.scaled_dot_product_attention has enable_gqa from PyTorch 2.5.
+_TORCH_HAS_ENABLE_GQA = LooseVersion(torch.__version__.split("+")[0]) >= LooseVersion("2.5")
+
+
+def resolve_grouped_query_attention_option(x: Any, /) -> GROUPED_QUERY_ATTENTION_OPTIONS:
+    """``None`` is the default; ``False`` is ``"off"``."""
+    if x is None:
+        x = _DEFAULT_OPTION
+    elif x is False:
+        x = "off"
+    if isinstance(x, GROUPED_QUERY_ATTENTION_OPTIONS):
+        return x
+    option = _str_to_grouped_query_attention_options_map.get(x.lower()) if isinstance(x, str) else None
+    if option is None:
+        _unknown_option(
+            "grouped_query_attention", _str_to_grouped_query_attention_options_map.keys(), _DEFAULT_OPTION, x
+        )
+    return option
 
 
 @dataclass(frozen=True)
 class _RepeatedHeads:
-    """``grouped`` [B, kv, L, D] with each head repeated ``n_rep`` times along dim 1, by the ops
-    ``repeat_ops``."""
+    """``grouped`` [B, kv, L, D] with each head repeated along dim 1 by the ops ``repeat_ops``."""
 
     grouped: TensorProxy
-    n_rep: int
     repeat_ops: tuple[BoundSymbol, ...] = ()
 
 
@@ -74,48 +141,65 @@ def _prims_of(bsym: BoundSymbol) -> list[BoundSymbol]:
     return [p for sub in bsym.subsymbols for p in _prims_of(sub)]
 
 
-def _shape(t: TensorProxy) -> tuple[int, ...]:
-    return tuple(int(s) for s in t.shape)
-
-
 def _same(a, b) -> bool:
     # Passes that rebuild bound symbols make new proxy objects with the same names.
     return isinstance(a, TensorProxy) and isinstance(b, TensorProxy) and a.name == b.name
 
 
-def _as_repeat(source: TensorProxy, steps: list[BoundSymbol], repeated: TensorProxy) -> _RepeatedHeads | None:
-    """Whether the primitives ``steps`` (broadcasts, then at most one reshape) make ``repeated`` from
-    ``source`` by repeating its heads (dim 1) in place: ``repeat_kv``, ``repeat_interleave(n, dim=1)``, or
-    a broadcast of a single key/value head to all query heads."""
+def _same_size(a, b) -> bool:
+    """Whether two sizes are the same for every call of the trace: equal ints, or the same proxy. Equal
+    values of different proxies are not (under ``cache="symbolic values"`` they may differ next call)."""
+    if isinstance(a, IntegerProxy) or isinstance(b, IntegerProxy):
+        return isinstance(a, IntegerProxy) and isinstance(b, IntegerProxy) and a.name == b.name
+    return a == b
+
+
+def _fixed(size) -> int | None:
+    """``size`` if it is an int fixed in the trace (checked by the prologue), else ``None``."""
+    if isinstance(size, IntegerProxy):
+        return int(size) if size.is_static() else None
+    return size if isinstance(size, Number) else None
+
+
+def _as_repeat(source: TensorProxy, steps: list[BoundSymbol], repeated: TensorProxy) -> TensorProxy | None:
+    """``source`` if the primitives ``steps`` (broadcasts, then at most one reshape) make ``repeated`` from
+    it by repeating its heads (dim 1) in place: ``repeat_kv``, ``repeat_interleave(n, dim=1)``, or a
+    broadcast of a single key/value head to all query heads."""
     if source.ndim != 4 or repeated.ndim != 4:
         return None
-    current, shape, dims = source, _shape(source), tuple(range(4))  # source dim i -> dim dims[i] of shape
-    reshaped_to = None
+    current, dims = source, tuple(range(4))  # source dim i -> dim dims[i] of current
+    reshaped = False
     for step in steps:
-        if not step.args or not _same(step.args[0], current) or reshaped_to is not None:
+        if not step.args or not _same(step.args[0], current) or reshaped:
             return None
         if step.sym.id == prims.PrimIDs.BROADCAST_IN_DIM:
-            _, new_shape, broadcast_dims = step.args[:3]
-            dims = tuple(int(broadcast_dims[d]) for d in dims)
-            shape = tuple(int(s) for s in new_shape)
+            dims = tuple(int(step.args[2][d]) for d in dims)
         elif step.sym.id == prims.PrimIDs.RESHAPE:
-            reshaped_to = tuple(int(s) for s in step.args[1])
+            reshaped = True
         else:
             return None
         current = step.output
     if not _same(current, repeated):
         return None
-    batch, kv, length, head_dim = _shape(source)
-    if reshaped_to is None:  # a broadcast of one key/value head to every query head
-        if kv == 1 and dims == (0, 1, 2, 3) and shape == (batch, shape[1], length, head_dim) and shape[1] > 1:
-            return _RepeatedHeads(source, shape[1])
+    batch, kv, length, head_dim = source.shape
+    if not reshaped:  # a broadcast of one key/value head to every query head
+        if _fixed(kv) == 1 and dims == (0, 1, 2, 3) and repeated.ndim == 4:
+            out = repeated.shape
+            if all(_same_size(a, b) for a, b in zip((batch, length, head_dim), (out[0], out[2], out[3]))):
+                return source
         return None
-    if len(shape) != 5 or dims != (0, 1, 3, 4):
+    # expand(b, kv, n, L, d) then reshape(b, kv * n, L, d): the reshape's other sizes are the source's, so
+    # its heads are kv * n whatever the sizes (a reshape keeps the number of elements).
+    expanded = steps[-1].args[0]
+    if expanded.ndim != 5 or dims != (0, 1, 3, 4):
         return None
-    n_rep = shape[2]
-    if shape != (batch, kv, n_rep, length, head_dim) or reshaped_to != (batch, kv * n_rep, length, head_dim):
+    kept = (batch, kv, length, head_dim)
+    if not all(_same_size(expanded.shape[d], s) for d, s in zip(dims, kept)):
         return None
-    return _RepeatedHeads(source, n_rep) if n_rep > 1 else None
+    out = repeated.shape
+    if not all(_same_size(a, b) for a, b in zip((batch, length, head_dim), (out[0], out[2], out[3]))):
+        return None
+    return source
 
 
 def _find_repeat(repeated: TensorProxy, producers: dict[str, BoundSymbol]) -> _RepeatedHeads | None:
@@ -138,84 +222,95 @@ def _find_repeat(repeated: TensorProxy, producers: dict[str, BoundSymbol]) -> _R
         current = prims_run[0].args[0]
         if not isinstance(current, TensorProxy):
             return None
-        if (found := _as_repeat(current, steps, repeated)) is not None:
-            return _RepeatedHeads(found.grouped, found.n_rep, tuple(repeat_ops))
+        if (grouped := _as_repeat(current, steps, repeated)) is not None:
+            return _RepeatedHeads(grouped, tuple(repeat_ops))
     return None
+
+
+def _query_matches(query, grouped: TensorProxy, repeated: TensorProxy) -> bool:
+    """A 4-D ``query`` with the batch and the heads of the repeated key (checked by the sdpa/matmul meta)."""
+    return (
+        isinstance(query, TensorProxy)
+        and query.ndim == 4
+        and int(query.shape[0]) == int(grouped.shape[0])
+        and int(query.shape[1]) == int(repeated.shape[1])
+    )
+
+
+def _fold(a: TensorProxy, kv) -> TensorProxy:
+    """``a`` [B, kv * n_rep, M, K] as [B, kv, n_rep * M, K]: each group's heads as its rows."""
+    batch, _, _, inner = a.shape
+    return ltorch.reshape(a, (batch, kv, -1, inner))
+
+
+def _unfold(out: TensorProxy, like: TensorProxy) -> TensorProxy:
+    batch, heads, rows, _ = like.shape
+    return ltorch.reshape(out, (batch, heads, rows, out.shape[-1]))
+
+
+def _mask_folds(attn_mask) -> bool:
+    """Whether ``attn_mask`` broadcasts over the folded rows as it is: the same for every head and row."""
+    if attn_mask is None:
+        return True
+    if not isinstance(attn_mask, TensorProxy) or attn_mask.ndim > 4:
+        return False
+    return all(_fixed(s) == 1 for s in attn_mask.shape[:-1][-2:])
 
 
 _SDPA_SIGNATURE = inspect.signature(ltorch.scaled_dot_product_attention.meta)
 
 
-def _grouped_attention(query, key, value, attn_mask, scale, n_rep: int):
-    """``scaled_dot_product_attention`` of ``query`` [B, kv * n_rep, Lq, D] over ``key``/``value``
-    [B, kv, L, D], each key/value head serving ``n_rep`` consecutive query heads."""
-    batch, heads, q_len, head_dim = _shape(query)
-    kv = heads // n_rep
-    folded_query = ltorch.reshape(query, (batch, kv, n_rep * q_len, head_dim))
-    if attn_mask is not None:
-        mask_shape = (1,) * (4 - attn_mask.ndim) + _shape(attn_mask)
-        mask_batch, mask_heads, mask_rows, key_len = mask_shape
-        if mask_heads != 1 or mask_rows != 1:  # differs by head or by query row: fold it like the query
-            mask_groups, mask_reps = (kv, n_rep) if mask_heads == heads else (1, 1)
-            mask = ltorch.reshape(attn_mask, (mask_batch, mask_groups, mask_reps, mask_rows, key_len))
-            mask = ltorch.expand(mask, (mask_batch, mask_groups, n_rep, q_len, key_len))
-            attn_mask = ltorch.reshape(mask, (mask_batch, mask_groups, n_rep * q_len, key_len))
-    out = ltorch.scaled_dot_product_attention(folded_query, key, value, attn_mask, 0.0, False, scale=scale)
-    return ltorch.reshape(out, (batch, heads, q_len, int(value.shape[-1])))
-
-
-def _rewritable(call: inspect.BoundArguments, key: _RepeatedHeads, value: _RepeatedHeads) -> bool:
-    query, attn_mask = call.arguments["query"], call.arguments["attn_mask"]
-    if call.arguments["dropout_p"] != 0 or call.arguments["is_causal"] is not False:
-        return False
-    if key.n_rep != value.n_rep or _shape(key.grouped)[:2] != _shape(value.grouped)[:2]:
-        return False
-    if not isinstance(query, TensorProxy) or query.ndim != 4:
-        return False
-    batch, heads, q_len, _ = _shape(query)
-    batch_kv, kv = _shape(key.grouped)[:2]
-    if batch != batch_kv or heads != kv * key.n_rep:
-        return False
-    if attn_mask is None:
-        return True
-    if not isinstance(attn_mask, TensorProxy) or attn_mask.ndim > 4:
-        return False
-    mask_batch, mask_heads, mask_rows, _ = (1,) * (4 - attn_mask.ndim) + _shape(attn_mask)
-    return mask_batch in (1, batch) and mask_heads in (1, heads) and mask_rows in (1, q_len)
-
-
-def _grouped_matmul(a, grouped, transposed: bool, n_rep: int):
-    """``a @ repeat(grouped)`` (``a @ repeat(grouped).transpose(2, 3)`` if ``transposed``) without the
-    repeat: ``a`` [B, kv * n_rep, M, K] is folded to [B, kv, n_rep * M, K] like the query above."""
-    batch, heads, rows, inner = _shape(a)
-    kv = heads // n_rep
-    folded = ltorch.reshape(a, (batch, kv, n_rep * rows, inner))
-    right = ltorch.transpose(grouped, 2, 3) if transposed else grouped
-    out = ltorch.matmul(folded, right)
-    return ltorch.reshape(out, (batch, heads, rows, int(out.shape[-1])))
-
-
-def _sdpa_rewrite(bsym: BoundSymbol, producers: dict[str, BoundSymbol]):
-    """``(replacement maker, repeat ops)`` for an attention over repeated heads, or ``None``."""
+def _sdpa_rewrite(bsym: BoundSymbol, producers: dict[str, BoundSymbol], fold: bool):
+    """``(replacement maker, repeat ops)`` for an attention over repeated heads, or ``None``: to
+    ``enable_gqa=True`` on CPU, else (``fold``) to the folded form."""
     try:
         call = _SDPA_SIGNATURE.bind(*bsym.args, **bsym.kwargs)
     except TypeError:
         return None
     call.apply_defaults()
-    key, value = call.arguments["key"], call.arguments["value"]
+    args = call.arguments
+    query, key, value, attn_mask = args["query"], args["key"], args["value"], args["attn_mask"]
     if not (isinstance(key, TensorProxy) and isinstance(value, TensorProxy)):
         return None
-    key_repeat, value_repeat = _find_repeat(key, producers), _find_repeat(value, producers)
-    if not (key_repeat and value_repeat and _rewritable(call, key_repeat, value_repeat)):
+    # Dropout stays on the path it was on; with enable_gqa already set there is no repeat to remove.
+    if args["dropout_p"] != 0 or args["enable_gqa"] is not False:
         return None
-    args = call.arguments
+    to_enable_gqa = (
+        _TORCH_HAS_ENABLE_GQA
+        and isinstance(query, TensorProxy)
+        and query.device.devicetype is devices.DeviceType.CPU
+    )
+    if not to_enable_gqa and not (fold and args["is_causal"] is False and _mask_folds(attn_mask)):
+        return None
+    key_repeat, value_repeat = _find_repeat(key, producers), _find_repeat(value, producers)
+    if key_repeat is None or value_repeat is None or not _query_matches(query, key_repeat.grouped, key):
+        return None
+    # Key and value are separate inputs (separate proxies under symbolic values): their groupings are compared
+    # by value here, and the kernel checks them on every call, as it did for the repeated heads.
+    if [int(s) for s in key_repeat.grouped.shape[:2]] != [int(s) for s in value_repeat.grouped.shape[:2]]:
+        return None
 
-    def replacement():
-        return _grouped_attention(
-            args["query"], key_repeat.grouped, value_repeat.grouped, args["attn_mask"], args["scale"], key_repeat.n_rep
+    def gqa_replacement():
+        return ltorch.scaled_dot_product_attention(
+            query,
+            key_repeat.grouped,
+            value_repeat.grouped,
+            attn_mask,
+            0.0,
+            args["is_causal"],
+            scale=args["scale"],
+            enable_gqa=True,
         )
 
-    return replacement, key_repeat.repeat_ops + value_repeat.repeat_ops
+    def replacement():
+        grouped_key = key_repeat.grouped
+        folded = _fold(query, grouped_key.shape[1])
+        out = ltorch.scaled_dot_product_attention(
+            folded, grouped_key, value_repeat.grouped, attn_mask, 0.0, False, scale=args["scale"]
+        )
+        return _unfold(out, query)
+
+    return (gqa_replacement if to_enable_gqa else replacement), key_repeat.repeat_ops + value_repeat.repeat_ops
 
 
 def _matmul_rewrite(bsym: BoundSymbol, producers: dict[str, BoundSymbol]):
@@ -232,58 +327,79 @@ def _matmul_rewrite(bsym: BoundSymbol, producers: dict[str, BoundSymbol]):
     if len(steps) == 1 and steps[0].sym.id == prims.PrimIDs.TRANSPOSE and tuple(steps[0].args[1]) == (0, 1, 3, 2):
         transposed, transpose_ops, repeated = True, (producer,), steps[0].args[0]
     found = _find_repeat(repeated, producers)
-    if found is None:
-        return None
-    batch, heads = _shape(a)[:2]
-    batch_kv, kv = _shape(found.grouped)[:2]
-    if batch != batch_kv or heads != kv * found.n_rep:
+    if found is None or not _query_matches(a, found.grouped, repeated):
         return None
 
     def replacement():
-        return _grouped_matmul(a, found.grouped, transposed, found.n_rep)
+        right = ltorch.transpose(found.grouped, 2, 3) if transposed else found.grouped
+        return _unfold(ltorch.matmul(_fold(a, found.grouped.shape[1]), right), a)
 
     return replacement, transpose_ops + found.repeat_ops
 
 
-def attend_to_grouped_kv_heads(trace: TraceCtx) -> TraceCtx:
-    """Rewrites every ``scaled_dot_product_attention`` in ``trace`` whose key and value are head repeats
-    of grouped key/value tensors, and every ``matmul`` whose right operand is one (or its transpose), to
-    read the grouped tensors (see the module docstring). Returns ``trace`` itself when there is none."""
-    producers: dict[str, BoundSymbol] = {}
-    rewrites: dict[int, tuple] = {}  # index of the bound symbol -> (replacement maker, repeat ops)
-    for index, bsym in enumerate(trace.bound_symbols):
-        if bsym.sym.id == ltorch.scaled_dot_product_attention.id:
-            rewrite = _sdpa_rewrite(bsym, producers)
-        elif bsym.sym.id == ltorch.matmul.id:
-            rewrite = _matmul_rewrite(bsym, producers)
-        else:
-            rewrite = None
-        if rewrite is not None:
-            rewrites[index] = rewrite
-        for out in bsym.flat_proxy_outs:
-            producers[out.name] = bsym
-    if not rewrites:
-        return trace
+class GroupedQueryAttentionTransform(Transform):
+    """Attention over key/value heads repeated for grouped-query attention reads the grouped heads (see
+    :mod:`thunder.transforms.grouped_query_attention`).
 
-    # The repeats lose their reader. They are removed here rather than left to DCE: the alias pass that
-    # runs before DCE would otherwise list the repeated copies among the cache's aliases and keep them.
-    repeat_ops = {id(op) for _, ops in rewrites.values() for op in ops}
-    new_trace = from_trace(trace)
-    for index, bsym in enumerate(trace.bound_symbols):
-        if index not in rewrites:
-            new_trace.bound_symbols.append(bsym)
-            continue
-        make_replacement, _ = rewrites[index]
-        with tracectx(new_trace):
-            new_trace.push_scope([])
-            out = make_replacement()
-            replacement = new_trace.pop_scope()
-        # The last op of the replacement produces the original output proxy.
-        swap = {variableify(out): bsym.output}
-        new_trace.bound_symbols.extend(b.from_bsym_swap_proxies(swap) for b in replacement)
-    new_trace.bound_symbols = _without_unused(new_trace.bound_symbols, repeat_ops)
-    new_trace.set_provenance(TraceProvenance("Attention over grouped key/value heads (no repeated copies)"))
-    return new_trace
+    ``thunder.jit`` runs it before the alias pass as its compile option ``grouped_query_attention``
+    chooses. Passed in ``transforms=`` it runs after the alias pass, where a repeat that an alias update
+    reads stays alive.
+
+    Args:
+        fold: also fold query heads into rows where ``enable_gqa`` does not apply (``"fold"``): the
+            matmuls of a written-out attention and attention off CPU; changes the last bits of the result.
+    """
+
+    def __init__(self, *, fold: bool = False):
+        self.fold = fold
+
+    def transform_traces_pre_prologue(
+        self, prologue_trace: TraceCtx, computation_trace: TraceCtx, epilogue_trace: TraceCtx | None, **kwargs
+    ):
+        return prologue_trace, self.transform_computation_trace(computation_trace), epilogue_trace
+
+    def _rewrite(self, bsym: BoundSymbol, producers: dict[str, BoundSymbol]):
+        if bsym.sym.id == ltorch.scaled_dot_product_attention.id:
+            return _sdpa_rewrite(bsym, producers, self.fold)
+        if bsym.sym.id == ltorch.matmul.id and self.fold:
+            return _matmul_rewrite(bsym, producers)
+        return None
+
+    def transform_computation_trace(self, trace: TraceCtx) -> TraceCtx:
+        """``trace`` rewritten, or ``trace`` itself when it has no attention over repeated heads."""
+        producers: dict[str, BoundSymbol] = {}
+        rewrites: dict[int, tuple] = {}  # index of the bound symbol -> (replacement maker, repeat ops)
+        for index, bsym in enumerate(trace.bound_symbols):
+            if (rewrite := self._rewrite(bsym, producers)) is not None:
+                rewrites[index] = rewrite
+            for out in bsym.flat_proxy_outs:
+                producers[out.name] = bsym
+        if not rewrites:
+            return trace
+
+        # The repeats lose their reader. They are removed here rather than left to DCE: the alias pass that
+        # runs before DCE would otherwise list the repeated copies among the cache's aliases and keep them.
+        repeat_ops = {id(op) for _, ops in rewrites.values() for op in ops}
+        new_trace = from_trace(trace)
+        for index, bsym in enumerate(trace.bound_symbols):
+            if index not in rewrites:
+                new_trace.bound_symbols.append(bsym)
+                continue
+            make_replacement, _ = rewrites[index]
+            with tracectx(new_trace):
+                new_trace.push_scope([])
+                out = make_replacement()
+                replacement = new_trace.pop_scope()
+            # The last op of the replacement produces the original output proxy.
+            swap = {variableify(out): bsym.output}
+            new_trace.bound_symbols.extend(b.from_bsym_swap_proxies(swap) for b in replacement)
+        new_trace.bound_symbols = _without_unused(new_trace.bound_symbols, repeat_ops)
+        new_trace.set_provenance(TraceProvenance(f"{type(self).__name__} (no repeated key/value heads)"))
+        return new_trace
+
+
+    def __repr__(self) -> str:
+        return f"{type(self).__module__}.{type(self).__name__}(fold={self.fold})"
 
 
 def _without_unused(bsyms: list[BoundSymbol], removable: set[int]) -> list[BoundSymbol]:

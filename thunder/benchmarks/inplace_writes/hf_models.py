@@ -11,6 +11,16 @@ that lacks it. No download: the weights are random, from a config.
 ``gpt_oss``
     ``GptOssForCausalLM``: a sliding-window layer (window 64) and a full-attention layer, attention sinks,
     a 4-expert top-2 mixture of experts; 4 query / 2 key-value heads of 64.
+``mistral``
+    ``MistralForCausalLM`` with a sliding window of ``SLIDING_WINDOW`` tokens in every layer: decode past
+    the window rolls the cache (``Tensor.roll``).
+``gemma3``
+    ``Gemma3ForCausalLM``: a sliding-window layer and a full-attention layer.
+``mixtral``, ``qwen3_moe``
+    4-expert top-2 mixtures of experts (``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``).
+``deepseek_v3``
+    ``DeepseekV3ForCausalLM``: multi-head latent attention (a compressed cache expanded by ``kv_b_proj``
+    every step), one dense and one 4-expert layer with a shared expert.
 """
 
 from __future__ import annotations
@@ -22,8 +32,9 @@ import torch
 
 __all__ = ["FAMILIES", "PROMPT_LEN", "Decode", "greedy_decode", "tiny_decoder"]
 
-FAMILIES = ("llama", "qwen3", "gpt_oss")
+FAMILIES = ("llama", "qwen3", "gpt_oss", "mistral", "gemma3", "mixtral", "qwen3_moe", "deepseek_v3")
 PROMPT_LEN = 8
+SLIDING_WINDOW = 12  # mistral, gemma3: PROMPT_LEN + 4 decode steps fill it
 
 
 def _config(family: str, max_cache_len: int):
@@ -40,17 +51,40 @@ def _config(family: str, max_cache_len: int):
             hidden_size=128, intermediate_size=128, head_dim=64, num_local_experts=4, num_experts_per_tok=2,
             sliding_window=64, layer_types=["sliding_attention", "full_attention"], **common,
         )
+    small = dict(hidden_size=128, intermediate_size=256, head_dim=32)
+    if family == "mistral":
+        return transformers.MistralConfig(sliding_window=SLIDING_WINDOW, **small, **common)
+    if family == "gemma3":
+        return transformers.Gemma3TextConfig(
+            sliding_window=SLIDING_WINDOW, layer_types=["sliding_attention", "full_attention"], **small, **common
+        )
+    if family == "mixtral":
+        return transformers.MixtralConfig(num_local_experts=4, num_experts_per_tok=2, **small, **common)
+    if family == "qwen3_moe":
+        return transformers.Qwen3MoeConfig(
+            moe_intermediate_size=64, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, **small, **common
+        )
+    if family == "deepseek_v3":
+        mla = dict(kv_lora_rank=32, q_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32)
+        moe = dict(moe_intermediate_size=64, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                   n_shared_experts=1, first_k_dense_replace=1)
+        return transformers.DeepseekV3Config(
+            hidden_size=128, intermediate_size=256, **mla, **moe, **{**common, "num_key_value_heads": 4}
+        )
     raise ValueError(f"unknown family {family!r}; one of {FAMILIES}")
 
 
-def tiny_decoder(family: str, max_cache_len: int, device: str | torch.device = "cpu"):
-    """``(model, config)``: a tiny random-weight decoder of ``family`` (seeded), in eval mode, float32."""
+def tiny_decoder(family: str, max_cache_len: int, device: str | torch.device = "cpu", *, frozen: bool = True):
+    """``(model, config)``: a tiny random-weight decoder of ``family`` (seeded), in eval mode, float32.
+
+    ``frozen=False`` leaves the parameters as ``from_pretrained`` does (``requires_grad=True``): users decode
+    under ``torch.no_grad()`` without freezing them."""
     import transformers
 
     config = _config(family, max_cache_len)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config).to(device=device, dtype=torch.float32)
-    return model.eval().requires_grad_(False), config
+    return model.eval().requires_grad_(not frozen), config
 
 
 @dataclass
