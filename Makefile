@@ -6,7 +6,7 @@ PYTEST  := $(PY) -m pytest
 # Base for edit/export/upstream-diff: 0.2.6 (the PyPI release) or main (upstream main, ../shared/upstream).
 BASE    ?= 0.2.6
 
-.PHONY: setup test test-main test-slow bench upstream-diff edit export check-series stock-fails upstream-tests wheel clean
+.PHONY: setup lint test test-main test-slow bench upstream-diff edit export check-series stock-fails upstream-tests wheel clean
 
 setup:
 	bash scripts/setup.sh
@@ -14,12 +14,16 @@ setup:
 # The README's test command; .ci/run calls exactly this. The suite (the series' upstream-layout tests in
 # the composed tree, then tests/) on the 0.2.6 build, then on the series composed on upstream main.
 test: setup
-	status=0; bash scripts/run-tests.sh 0.2.6 -q -m "not slow" || status=1; \
+	status=0; bash scripts/lint.sh || status=1; bash scripts/run-tests.sh 0.2.6 -q -m "not slow" || status=1; \
 	echo "== on upstream main"; bash scripts/run-tests.sh main -q -m "not slow" || status=1; exit $$status
 
 # The suite on upstream main only.
 test-main: setup
 	bash scripts/run-tests.sh main -q -m "not slow"
+
+# Upstream's pre-commit (ruff format --check, ruff check) on the files the series adds or changes.
+lint: setup
+	bash scripts/lint.sh
 
 # Long property-based profile and heavy sweeps (run by hand, not in CI).
 test-slow: setup

@@ -39,6 +39,7 @@ backward, and the in-place form would overwrite them).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 from thunder.core import prims
@@ -92,7 +93,10 @@ def _in_place_symbol(name: str):
         def meta(a, /, *args, **kwargs):
             return TensorProxy(like=a)
 
-        _in_place_symbols[name] = pytorch_ex.register_operator(f"{name}_in_place", meta=meta, fn=method)
+        # Tagged in place, so that thunder.core.aliasing (and every pass that orders writes) sees the write.
+        _in_place_symbols[name] = pytorch_ex.register_operator(
+            f"{name}_in_place", meta=meta, fn=method, tags=[prims.OpTags.IN_PLACE]
+        )
     return _in_place_symbols[name]
 
 
@@ -107,8 +111,12 @@ def _in_place_candidate(producer: BoundSymbol, names: frozenset[str]) -> str | N
 
     if producer.sym.executor is not pytorch_ex or len(producer.subsymbols) != 1:
         return None
-    name = producer.subsymbols[0].sym.name
-    if name not in names or producer.sym.name != name or "inplace" in producer.kwargs:
+    op = producer.subsymbols[0].sym
+    name = op.name
+    if name not in names or producer.sym.name != name:
+        return None
+    # F.relu(a, inplace) and the like: the Tensor method takes no such argument.
+    if "inplace" in producer.kwargs or "inplace" in inspect.signature(op.meta).parameters:
         return None
     if not hasattr(torch.Tensor, f"{name}_"):
         return None
