@@ -6,7 +6,7 @@ PYTEST  := $(PY) -m pytest
 # Base for edit/export/upstream-diff: 0.2.6 (the PyPI release) or main (upstream main, ../shared/upstream).
 BASE    ?= 0.2.6
 
-.PHONY: setup lint test test-main test-slow bench upstream-diff edit export check-series stock-fails upstream-tests wheel clean
+.PHONY: setup lint test test-main test-slow gpu-check bench upstream-diff edit export check-series stock-fails upstream-tests wheel clean
 
 setup:
 	bash scripts/setup.sh
@@ -28,6 +28,11 @@ lint: setup
 # Long property-based profile and heavy sweeps (run by hand, not in CI).
 test-slow: setup
 	$(PYTEST) tests -q -m slow
+
+# On CUDA under nvFuser: the in-place write tests, rematerialization, CSE, upstream #2793's clone, nv_enable_scatter
+# and a decode step under the CUDA-graph transform; one summary line. Without CUDA it says so and skips (exit 0).
+gpu-check: setup
+	$(PY) scripts/gpu_check.py $(ARGS)
 
 # The main job: the KV-cache write benchmark (eager, Inductor, stock Thunder, patched Thunder).
 # scripts/bench.py runs thunder.benchmarks.inplace_writes here and under $(STOCK) in a child process.

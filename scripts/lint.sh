@@ -21,7 +21,7 @@ print("\n".join(sorted(f for f in files if f.endswith(".py") and (tree / f).exis
 PY
   )
   (cd "$tree" && "$root/$ruff" format --config "$root/pyproject.toml" --check "${files[@]}") || status=1
-  (cd "$tree" && "$root/$ruff" check --config "$root/pyproject.toml" "${files[@]}") || status=1
+  (cd "$tree" && "$root/$ruff" check --output-format concise --config "$root/pyproject.toml" "${files[@]}") || status=1
 done
 [ $status -eq 0 ] && echo "lint: ruff format and ruff check clean on the files the series adds or changes"
 exit $status

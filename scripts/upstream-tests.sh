@@ -6,7 +6,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 suites=(thunder/tests/test_update_aliases.py thunder/tests/test_inplace_copy.py)
-ops_filter="index_copy or index_put or index_add or scatter or setitem or getitem"
+ops_filter="index_copy or index_put or index_add or index_fill or scatter or masked_scatter or setitem or getitem or histc or new_"
 if [ "${1:-}" != fast ]; then
   suites+=(thunder/tests/test_dynamo.py)
 fi

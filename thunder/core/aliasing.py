@@ -147,9 +147,7 @@ class AliasSets:
         return {self.find(p.name) for p in proxies if isinstance(p, TensorProxy)}
 
 
-def storage_order_edges(
-    bsyms: Sequence[BoundSymbol], alias_sets: AliasSets | None = None
-) -> list[tuple[int, int]]:
+def storage_order_edges(bsyms: Sequence[BoundSymbol], alias_sets: AliasSets | None = None) -> list[tuple[int, int]]:
     """Pairs ``(i, j)``, ``i < j``, of indices into ``bsyms`` whose order a reordering pass must keep
     although no data edge connects them: ``j`` writes a storage that ``i`` read (the read must see the old
     value) or wrote (the later write wins); ``j`` reads or writes a storage that ``i`` wrote without naming

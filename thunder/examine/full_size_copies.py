@@ -150,18 +150,29 @@ def find_full_size_copies(trace: TraceCtx) -> list[FullSizeCopy]:
                 if src.name in pending_functional:
                     fn_bsym, dest = pending_functional.pop(src.name)
                     found.append(
-                        FullSizeCopy(f"functional {fn_bsym.sym.name}", input_of[dest.name], _line(fn_bsym),
-                                     tuple(int(s) for s in dest.shape), _nbytes(dest))
+                        FullSizeCopy(
+                            f"functional {fn_bsym.sym.name}",
+                            input_of[dest.name],
+                            _line(fn_bsym),
+                            tuple(int(s) for s in dest.shape),
+                            _nbytes(dest),
+                        )
                     )
                     copies_back = True
                 if copies_back and tuple(src.shape) == tuple(dst.shape):
                     found.append(
-                        FullSizeCopy("copy_", input_of[dst.name], _line(bsym), tuple(int(s) for s in dst.shape), _nbytes(dst))
+                        FullSizeCopy(
+                            "copy_", input_of[dst.name], _line(bsym), tuple(int(s) for s in dst.shape), _nbytes(dst)
+                        )
                     )
         elif aliased and name in _CLONE_NAMES | _SETITEM_COPY_NAMES:
             kind = "clone" if name in _CLONE_NAMES else "copy_with_setitem"
             full_size_results.update(o.name for o in outs)
-            found.append(FullSizeCopy(kind, input_of[first.name], _line(bsym), tuple(int(s) for s in first.shape), _nbytes(first)))
+            found.append(
+                FullSizeCopy(
+                    kind, input_of[first.name], _line(bsym), tuple(int(s) for s in first.shape), _nbytes(first)
+                )
+            )
         elif aliased and name in _FUNCTIONAL_INDEXED_NAMES and outs:
             pending_functional[outs[0].name] = (bsym, first)
         elif aliased and _is_view_op(bsym):
@@ -199,7 +210,9 @@ def _writes_in_place(bsym: BoundSymbol) -> bool:
     """Whether ``bsym`` returns (a new proxy for) the tensor it writes, so its result is no new memory."""
     if bsym.sym.name in _COPY_NAMES or any(getattr(t, "name", "") == "IN_PLACE" for t in (bsym.sym.tags or ())):
         return True
-    return len(bsym.subsymbols) == 1 and _same_outputs(bsym.subsymbols[0], bsym) and _writes_in_place(bsym.subsymbols[0])
+    return (
+        len(bsym.subsymbols) == 1 and _same_outputs(bsym.subsymbols[0], bsym) and _writes_in_place(bsym.subsymbols[0])
+    )
 
 
 def find_large_tensors(trace: TraceCtx, min_numel: int) -> list[LargeTensor]:
@@ -233,7 +246,9 @@ def find_large_tensors(trace: TraceCtx, min_numel: int) -> list[LargeTensor]:
         if _is_view_op(bsym):
             for o in outs:
                 if first.name in broadcast and o.ndim < first.ndim and _numel(o) >= min_numel:
-                    found.append(LargeTensor("materialized broadcast", _line(bsym), tuple(int(s) for s in o.shape), _nbytes(o)))
+                    found.append(
+                        LargeTensor("materialized broadcast", _line(bsym), tuple(int(s) for s in o.shape), _nbytes(o))
+                    )
                 elif first.name in broadcast or _numel(o) > _numel(first):
                     broadcast.add(o.name)
             continue
@@ -263,7 +278,11 @@ def eager_large_tensors(fn, /, *args, min_numel: int, **kwargs) -> list[LargeTen
             flat_args = torch_tree_flatten((args, kwargs))[0]
             inputs = {t.untyped_storage().data_ptr() for t in flat_args if isinstance(t, torch.Tensor)}
             for o in torch_tree_flatten(out)[0]:
-                if isinstance(o, torch.Tensor) and o.numel() >= min_numel and o.untyped_storage().data_ptr() not in inputs:
+                if (
+                    isinstance(o, torch.Tensor)
+                    and o.numel() >= min_numel
+                    and o.untyped_storage().data_ptr() not in inputs
+                ):
                     name = func.overloadpacket.__name__
                     found.append(LargeTensor(name, str(func), tuple(o.shape), o.numel() * o.element_size()))
             return out

@@ -52,38 +52,115 @@ def _cache(*shape, dtype=torch.float32):
 
 # (id, fn, make_args). Every destination is a graph input or a view of one.
 WRITE_FORMS = [
-    ("setitem_tensor_key", lambda b, i, v: b.__setitem__(i, v), lambda: (_cache(32, 4), torch.tensor([3, 7]), -torch.ones(2, 4))),
+    (
+        "setitem_tensor_key",
+        lambda b, i, v: b.__setitem__(i, v),
+        lambda: (_cache(32, 4), torch.tensor([3, 7]), -torch.ones(2, 4)),
+    ),
     ("setitem_int_key", lambda b, v: b.__setitem__(5, v), lambda: (_cache(32, 4), -torch.ones(4))),
     ("setitem_slice_key", lambda b, v: b.__setitem__(slice(2, 6), v), lambda: (_cache(32, 4), -torch.ones(4, 4))),
-    ("setitem_ellipsis_key", lambda b, v: b.__setitem__((Ellipsis, 1), v), lambda: (_cache(8, 4, 3), -torch.ones(8, 4))),
+    (
+        "setitem_ellipsis_key",
+        lambda b, v: b.__setitem__((Ellipsis, 1), v),
+        lambda: (_cache(8, 4, 3), -torch.ones(8, 4)),
+    ),
     ("setitem_bool_mask", lambda b, m: b.__setitem__(m, 0.0), lambda: (_cache(32, 4), _cache(32, 4) % 3 == 0)),
     ("setitem_scalar_value", lambda b, i: b.__setitem__(i, 7.0), lambda: (_cache(32, 4), torch.tensor([0, 31]))),
-    ("view_chain_layer_then_loc", lambda c, i, v: c[1].__setitem__(i, v), lambda: (_cache(3, 16, 4), torch.tensor([2]), -torch.ones(1, 4))),
-    ("tuple_key_layer_loc", lambda c, i, v: c.__setitem__((1, i), v), lambda: (_cache(3, 16, 4), torch.tensor([2, 9]), -torch.ones(2, 4))),
-    ("gpt_fast_slices_then_pos", lambda c, p, v: c.__setitem__((slice(None), slice(None), p), v), lambda: (_cache(1, 2, 16, 4), torch.tensor([5]), -torch.ones(1, 2, 1, 4))),
-    ("view_chain_transpose", lambda c, i, v: c.transpose(0, 1).__setitem__(i, v), lambda: (_cache(4, 16), torch.tensor([3]), -torch.ones(1, 4))),
-    ("index_copy_hf_static_cache", lambda c, p, v: c.index_copy_(2, p, v), lambda: (_cache(1, 2, 16, 4), torch.tensor([6]), -torch.ones(1, 2, 1, 4))),
-    ("index_copy_via_view", lambda c, p, v: c[0].index_copy_(1, p, v), lambda: (_cache(2, 2, 16, 4), torch.tensor([6, 1]), -torch.ones(2, 2, 4))),
-    ("index_put_", lambda b, i, v: b.index_put_((i,), v), lambda: (_cache(32, 4), torch.tensor([3, 9]), -torch.ones(2, 4))),
-    ("torch_index_put_accumulate", lambda b, i, v: torch.index_put_(b, (i,), v, accumulate=True), lambda: (_cache(32, 4), torch.tensor([3, 3]), torch.ones(2, 4))),
-    ("aten_index_put_overload", lambda b, i, v: torch.ops.aten.index_put_.default(b, [i], v), lambda: (_cache(32, 4), torch.tensor([4]), -torch.ones(1, 4))),
-    ("index_add_alpha", lambda b, i, v: b.index_add_(0, i, v, alpha=2), lambda: (_cache(32, 4), torch.tensor([1, 1, 5]), torch.ones(3, 4))),
+    (
+        "view_chain_layer_then_loc",
+        lambda c, i, v: c[1].__setitem__(i, v),
+        lambda: (_cache(3, 16, 4), torch.tensor([2]), -torch.ones(1, 4)),
+    ),
+    (
+        "tuple_key_layer_loc",
+        lambda c, i, v: c.__setitem__((1, i), v),
+        lambda: (_cache(3, 16, 4), torch.tensor([2, 9]), -torch.ones(2, 4)),
+    ),
+    (
+        "gpt_fast_slices_then_pos",
+        lambda c, p, v: c.__setitem__((slice(None), slice(None), p), v),
+        lambda: (_cache(1, 2, 16, 4), torch.tensor([5]), -torch.ones(1, 2, 1, 4)),
+    ),
+    (
+        "view_chain_transpose",
+        lambda c, i, v: c.transpose(0, 1).__setitem__(i, v),
+        lambda: (_cache(4, 16), torch.tensor([3]), -torch.ones(1, 4)),
+    ),
+    (
+        "index_copy_hf_static_cache",
+        lambda c, p, v: c.index_copy_(2, p, v),
+        lambda: (_cache(1, 2, 16, 4), torch.tensor([6]), -torch.ones(1, 2, 1, 4)),
+    ),
+    (
+        "index_copy_via_view",
+        lambda c, p, v: c[0].index_copy_(1, p, v),
+        lambda: (_cache(2, 2, 16, 4), torch.tensor([6, 1]), -torch.ones(2, 2, 4)),
+    ),
+    (
+        "index_put_",
+        lambda b, i, v: b.index_put_((i,), v),
+        lambda: (_cache(32, 4), torch.tensor([3, 9]), -torch.ones(2, 4)),
+    ),
+    (
+        "torch_index_put_accumulate",
+        lambda b, i, v: torch.index_put_(b, (i,), v, accumulate=True),
+        lambda: (_cache(32, 4), torch.tensor([3, 3]), torch.ones(2, 4)),
+    ),
+    (
+        "aten_index_put_overload",
+        lambda b, i, v: torch.ops.aten.index_put_.default(b, [i], v),
+        lambda: (_cache(32, 4), torch.tensor([4]), -torch.ones(1, 4)),
+    ),
+    (
+        "index_add_alpha",
+        lambda b, i, v: b.index_add_(0, i, v, alpha=2),
+        lambda: (_cache(32, 4), torch.tensor([1, 1, 5]), torch.ones(3, 4)),
+    ),
     ("index_fill_", lambda b, i: b.index_fill_(1, i, -1.0), lambda: (_cache(32, 4), torch.tensor([0, 2]))),
-    ("scatter_src", lambda b, i, v: b.scatter_(0, i, v), lambda: (_cache(32, 4), torch.tensor([[1, 2, 3, 4]]), -torch.ones(1, 4))),
+    (
+        "scatter_src",
+        lambda b, i, v: b.scatter_(0, i, v),
+        lambda: (_cache(32, 4), torch.tensor([[1, 2, 3, 4]]), -torch.ones(1, 4)),
+    ),
     ("scatter_value", lambda b, i: b.scatter_(1, i, 9.0), lambda: (_cache(32, 4), torch.tensor([[1], [3]]))),
-    ("scatter_add_", lambda b, i, v: b.scatter_add_(0, i, v), lambda: (_cache(32, 4), torch.tensor([[1, 1, 2, 2]]), torch.ones(1, 4))),
-    ("scatter_reduce_", lambda b, i, v: b.scatter_reduce_(0, i, v, "amax"), lambda: (_cache(32, 4), torch.tensor([[1, 1, 2, 2]]), 1000 * torch.ones(1, 4))),
+    (
+        "scatter_add_",
+        lambda b, i, v: b.scatter_add_(0, i, v),
+        lambda: (_cache(32, 4), torch.tensor([[1, 1, 2, 2]]), torch.ones(1, 4)),
+    ),
+    (
+        "scatter_reduce_",
+        lambda b, i, v: b.scatter_reduce_(0, i, v, "amax"),
+        lambda: (_cache(32, 4), torch.tensor([[1, 1, 2, 2]]), 1000 * torch.ones(1, 4)),
+    ),
     ("masked_fill_", lambda b, m: b.masked_fill_(m, -3.0), lambda: (_cache(32, 4), _cache(32, 4) % 5 == 1)),
-    ("bf16_setitem", lambda b, i, v: b.__setitem__(i, v), lambda: (_cache(32, 8, dtype=torch.bfloat16), torch.tensor([1]), -torch.ones(1, 8, dtype=torch.bfloat16))),
-    ("int64_index_copy", lambda b, i, v: b.index_copy_(0, i, v), lambda: (_cache(32, 4, dtype=torch.int64), torch.tensor([2]), -torch.ones(1, 4, dtype=torch.int64))),
+    (
+        "bf16_setitem",
+        lambda b, i, v: b.__setitem__(i, v),
+        lambda: (_cache(32, 8, dtype=torch.bfloat16), torch.tensor([1]), -torch.ones(1, 8, dtype=torch.bfloat16)),
+    ),
+    (
+        "int64_index_copy",
+        lambda b, i, v: b.index_copy_(0, i, v),
+        lambda: (_cache(32, 4, dtype=torch.int64), torch.tensor([2]), -torch.ones(1, 4, dtype=torch.int64)),
+    ),
 ]
 
 
-
 ROUTED_UNDER_INDUCTOR = {
-    "setitem_tensor_key", "setitem_int_key", "setitem_slice_key", "setitem_ellipsis_key", "setitem_bool_mask",
-    "setitem_scalar_value", "gpt_fast_slices_then_pos", "index_copy_hf_static_cache",
-    "index_put_", "torch_index_put_accumulate", "aten_index_put_overload", "index_add_alpha", "bf16_setitem",
+    "setitem_tensor_key",
+    "setitem_int_key",
+    "setitem_slice_key",
+    "setitem_ellipsis_key",
+    "setitem_bool_mask",
+    "setitem_scalar_value",
+    "gpt_fast_slices_then_pos",
+    "index_copy_hf_static_cache",
+    "index_put_",
+    "torch_index_put_accumulate",
+    "aten_index_put_overload",
+    "index_add_alpha",
+    "bf16_setitem",
     "int64_index_copy",
 }
 
@@ -151,7 +228,11 @@ class TestSplits(TestCase):
         def write(k_buffer, loc, k):
             k_buffer[loc] = k
 
-        buf, loc, k = torch.zeros(4096, 8, 64, dtype=torch.bfloat16), torch.tensor([1234]), torch.ones(1, 8, 64, dtype=torch.bfloat16)
+        buf, loc, k = (
+            torch.zeros(4096, 8, 64, dtype=torch.bfloat16),
+            torch.tensor([1234]),
+            torch.ones(1, 8, 64, dtype=torch.bfloat16),
+        )
         expected = buf.clone()
         expected[loc] = k
         compiled, backend = _thunderfx(write)
@@ -159,7 +240,11 @@ class TestSplits(TestCase):
         assert torch.equal(buf, expected)
         assert _split_reasons(backend) == []
         (trace,) = _thunder_traces(backend)
-        body = [ln.strip() for ln in str(trace).splitlines() if ln.startswith("  ") and ".py:" not in ln and "<eval_with_key>" not in ln]
+        body = [
+            ln.strip()
+            for ln in str(trace).splitlines()
+            if ln.startswith("  ") and ".py:" not in ln and "<eval_with_key>" not in ln
+        ]
         self.assertExpectedInline(
             "\n".join(body),
             """\
@@ -185,7 +270,12 @@ return ()""",
         compiled, backend = _thunderfx(step, inplace_indexed_writes="inductor")
         _assert_same(expected, compiled(*args))
         _assert_same(eager_args, args)
-        segments = [n.target for info in backend.subgraph_infos for n in info.split_graph_module.graph.nodes if n.op == "call_module"]
+        segments = [
+            n.target
+            for info in backend.subgraph_infos
+            for n in info.split_graph_module.graph.nodes
+            if n.op == "call_module"
+        ]
         self.assertExpectedInline(str(segments), """['thunder_0', 'inductor_1', 'thunder_2']""")
 
 

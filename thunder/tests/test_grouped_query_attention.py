@@ -146,7 +146,9 @@ _SDPA_FORMS = {"hf_repeat_kv": 2, "repeat_interleave": 2, "multi_query": 1}
 @pytest.mark.parametrize("form", sorted(_SDPA_FORMS))
 def test_default_reads_the_grouped_heads_bitwise_as_eager(form, q_len, mask_kind, dtype):
     # enable_gqa=True on CPU: every mask and is_causal as they are, and eager's bits.
-    attention = {"hf_repeat_kv": _hf_attention, "repeat_interleave": _litgpt_attention}.get(form, _multi_query_attention)
+    attention = {"hf_repeat_kv": _hf_attention, "repeat_interleave": _litgpt_attention}.get(
+        form, _multi_query_attention
+    )
     kwargs = {"is_causal": True} if mask_kind == "causal" else {}
     q, k, v, mask = _inputs(2, 8, _SDPA_FORMS[form], q_len, 300, "none" if kwargs else mask_kind, dtype=dtype)
     if kwargs:

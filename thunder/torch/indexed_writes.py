@@ -196,9 +196,7 @@ def _is_basic_index(key) -> None | bool:
     items = key if isinstance(key, tuple) else (key,)
     if any(isinstance(k, (TensorProxy, list, tuple)) for k in items):
         return False
-    if all(
-        k is None or k is Ellipsis or isinstance(k, (slice, IntegerProxy)) or (type(k) is int) for k in items
-    ):
+    if all(k is None or k is Ellipsis or isinstance(k, (slice, IntegerProxy)) or (type(k) is int) for k in items):
         return True
     return None
 
@@ -468,8 +466,10 @@ class _ViewRebaser:
         views = [n for n in live if n not in self.arguments]
         if not grad_args or (storage not in self.aliased_storages and not views):
             return
-        why = "which shares storage with another argument" if storage in self.aliased_storages else (
-            f"whose view {views[0]} is read after the write"
+        why = (
+            "which shares storage with another argument"
+            if storage in self.aliased_storages
+            else (f"whose view {views[0]} is read after the write")
         )
         raise NotImplementedError(
             f"{write.sym.name}: an in-place write where a gradient may flow into the argument {grad_args[0]}, which "

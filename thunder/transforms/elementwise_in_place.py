@@ -180,9 +180,7 @@ def run_elementwise_copies_in_place(trace: TraceCtx) -> TraceCtx:
         return trace
     replaced = {i: new for i, new in rewrites.values()}
     new_trace = from_trace(trace)
-    new_trace.bound_symbols = [
-        replaced.get(k, bsym) for k, bsym in enumerate(bsyms) if k not in rewrites
-    ]
+    new_trace.bound_symbols = [replaced.get(k, bsym) for k, bsym in enumerate(bsyms) if k not in rewrites]
     new_trace.set_provenance(TraceProvenance("Elementwise ops copied into their first argument run in place"))
     return new_trace
 

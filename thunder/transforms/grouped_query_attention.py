@@ -276,9 +276,7 @@ def _sdpa_rewrite(bsym: BoundSymbol, producers: dict[str, BoundSymbol], fold: bo
     if args["dropout_p"] != 0 or args["enable_gqa"] is not False:
         return None
     to_enable_gqa = (
-        _TORCH_HAS_ENABLE_GQA
-        and isinstance(query, TensorProxy)
-        and query.device.devicetype is devices.DeviceType.CPU
+        _TORCH_HAS_ENABLE_GQA and isinstance(query, TensorProxy) and query.device.devicetype is devices.DeviceType.CPU
     )
     if not to_enable_gqa and not (fold and args["is_causal"] is False and _mask_folds(attn_mask)):
         return None
@@ -396,7 +394,6 @@ class GroupedQueryAttentionTransform(Transform):
         new_trace.bound_symbols = _without_unused(new_trace.bound_symbols, repeat_ops)
         new_trace.set_provenance(TraceProvenance(f"{type(self).__name__} (no repeated key/value heads)"))
         return new_trace
-
 
     def __repr__(self) -> str:
         return f"{type(self).__module__}.{type(self).__name__}(fold={self.fold})"

@@ -77,5 +77,16 @@ from .backends import BACKEND_ORDER, Backends
 from .cli import RunConfig, build_parser, config_from_args, main, parse_args, result_dict, run
 from .measure import Row, Segments
 
-__all__ = ["BACKEND_ORDER", "Backends", "Row", "RunConfig", "Segments", "build_parser", "config_from_args", "main",
-           "parse_args", "result_dict", "run"]
+__all__ = [
+    "BACKEND_ORDER",
+    "Backends",
+    "Row",
+    "RunConfig",
+    "Segments",
+    "build_parser",
+    "config_from_args",
+    "main",
+    "parse_args",
+    "result_dict",
+    "run",
+]

@@ -143,7 +143,9 @@ class Backends:
             elif policy in self.fx_policies():
                 backend = ThunderCompiler(inplace_indexed_writes=policy)
             else:
-                raise Unavailable(f"unavailable in this build (ThunderCompiler has no inplace_indexed_writes={policy!r})")
+                raise Unavailable(
+                    f"unavailable in this build (ThunderCompiler has no inplace_indexed_writes={policy!r})"
+                )
             return Compiled(torch.compile(fn, backend=backend, dynamic=dynamic), fx_backend=backend)
         if key == "jit-default":
             jfn = thunder.jit(fn)

@@ -63,25 +63,42 @@ def run(config: RunConfig, backends: list[str] | None, emit: Callable[[Row], Non
 
 
 def build_parser(prog: str = "python -m thunder.benchmarks.inplace_writes") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="In-place indexed KV-cache writes: eager, Inductor, "
-                                "ThunderFX (per inplace_indexed_writes policy) and thunder.jit.")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="In-place indexed KV-cache writes: eager, Inductor, "
+        "ThunderFX (per inplace_indexed_writes policy) and thunder.jit.",
+    )
     p.add_argument("--quick", action="store_true", help="small sizes and few repetitions (CI)")
-    p.add_argument("--workloads", nargs="+", default=None,
-                   help="any of a/setitem, b/token_pool, c/hf_llama, d/gpt_fast, e/hf_qwen3, f/hf_gpt_oss (default: all; --quick: a, b, c)")
-    p.add_argument("--backends", nargs="+", default=None,
-                   help=f"subset of {', '.join(BACKEND_ORDER)} ('jit' = the jit variant of this build); "
-                   "default: every backend this build has")
+    p.add_argument(
+        "--workloads",
+        nargs="+",
+        default=None,
+        help="any of a/setitem, b/token_pool, c/hf_llama, d/gpt_fast, e/hf_qwen3, f/hf_gpt_oss (default: all; --quick: a, b, c)",
+    )
+    p.add_argument(
+        "--backends",
+        nargs="+",
+        default=None,
+        help=f"subset of {', '.join(BACKEND_ORDER)} ('jit' = the jit variant of this build); "
+        "default: every backend this build has",
+    )
     p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     p.add_argument("--out", default="results", help="directory for the JSON and PNG results (default: results/)")
     p.add_argument("--sizes", nargs="+", type=int, default=None, help="override the sizes of every workload")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default; "
-                   "Inductor's CPU kernels are tuned to the thread count they were compiled with, and its on-disk "
-                   "cache may hold kernels built for another)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads (default: torch's default; "
+        "Inductor's CPU kernels are tuned to the thread count they were compiled with, and its on-disk "
+        "cache may hold kernels built for another)",
+    )
     return p
 
 
-def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser,
-               backend_names: Sequence[str] = (*BACKEND_ORDER, "jit")) -> argparse.Namespace:
+def parse_args(
+    argv: Sequence[str], parser: argparse.ArgumentParser, backend_names: Sequence[str] = (*BACKEND_ORDER, "jit")
+) -> argparse.Namespace:
     """Parse and normalize: workload aliases to names in report order, comma-separated lists split."""
     args = parser.parse_args(argv)
     if args.workloads:
@@ -102,14 +119,16 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser,
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    sizes = {w: list(args.sizes or (WORKLOADS[w].quick_sizes if args.quick else WORKLOADS[w].sizes))
-             for w in args.workloads}
+    sizes = {
+        w: list(args.sizes or (WORKLOADS[w].quick_sizes if args.quick else WORKLOADS[w].sizes)) for w in args.workloads
+    }
     return RunConfig(args.workloads, sizes, device, args.quick, args.threads)
 
 
 def describe(config: RunConfig) -> str:
-    return (f"inplace_writes benchmark ({'quick' if config.quick else 'full'}) on {config.device}: "
-            + "; ".join(f"{w} {config.sizes[w]}" for w in config.workloads))
+    return f"inplace_writes benchmark ({'quick' if config.quick else 'full'}) on {config.device}: " + "; ".join(
+        f"{w} {config.sizes[w]}" for w in config.workloads
+    )
 
 
 def result_dict(config: RunConfig, rows: list[Row], table: str, elapsed_s: float, **extra: Any) -> dict[str, Any]:

@@ -40,16 +40,27 @@ SLIDING_WINDOW = 12  # mistral, gemma3: PROMPT_LEN + 4 decode steps fill it
 def _config(family: str, max_cache_len: int):
     import transformers
 
-    common = dict(vocab_size=1000, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  max_position_embeddings=max(max_cache_len, 4096))
+    common = dict(
+        vocab_size=1000,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max(max_cache_len, 4096),
+    )
     if family == "llama":
         return transformers.LlamaConfig(hidden_size=256, intermediate_size=512, **common)
     if family == "qwen3":
         return transformers.Qwen3Config(hidden_size=128, intermediate_size=256, head_dim=64, **common)
     if family == "gpt_oss":
         return transformers.GptOssConfig(
-            hidden_size=128, intermediate_size=128, head_dim=64, num_local_experts=4, num_experts_per_tok=2,
-            sliding_window=64, layer_types=["sliding_attention", "full_attention"], **common,
+            hidden_size=128,
+            intermediate_size=128,
+            head_dim=64,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=64,
+            layer_types=["sliding_attention", "full_attention"],
+            **common,
         )
     small = dict(hidden_size=128, intermediate_size=256, head_dim=32)
     if family == "mistral":
@@ -66,8 +77,15 @@ def _config(family: str, max_cache_len: int):
         )
     if family == "deepseek_v3":
         mla = dict(kv_lora_rank=32, q_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32)
-        moe = dict(moe_intermediate_size=64, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
-                   n_shared_experts=1, first_k_dense_replace=1)
+        moe = dict(
+            moe_intermediate_size=64,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_group=1,
+            topk_group=1,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+        )
         return transformers.DeepseekV3Config(
             hidden_size=128, intermediate_size=256, **mla, **moe, **{**common, "num_key_value_heads": 4}
         )
@@ -105,16 +123,25 @@ class Decode:
         self.cache = transformers.StaticCache(config=self.config, max_cache_len=self.max_cache_len)
         prompt = torch.randint(0, self.config.vocab_size, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(1))
         with torch.no_grad():
-            logits = self.model(input_ids=prompt.to(device), past_key_values=self.cache, use_cache=True,
-                                cache_position=torch.arange(PROMPT_LEN, device=device)).logits
+            logits = self.model(
+                input_ids=prompt.to(device),
+                past_key_values=self.cache,
+                use_cache=True,
+                cache_position=torch.arange(PROMPT_LEN, device=device),
+            ).logits
         self.tokens = [int(logits[0, -1].argmax())]
         return self
 
     def step_inputs(self) -> dict:
         device = next(self.model.parameters()).device
         position = torch.tensor([PROMPT_LEN + len(self.tokens) - 1], device=device)
-        return dict(input_ids=torch.tensor([[self.tokens[-1]]], device=device), past_key_values=self.cache,
-                    cache_position=position, position_ids=position.unsqueeze(0), use_cache=True)
+        return dict(
+            input_ids=torch.tensor([[self.tokens[-1]]], device=device),
+            past_key_values=self.cache,
+            cache_position=position,
+            position_ids=position.unsqueeze(0),
+            use_cache=True,
+        )
 
     def step(self, forward: Callable) -> Any:
         """One decode step through ``forward``; appends its greedy token. Returns the model output."""

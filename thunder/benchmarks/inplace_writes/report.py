@@ -57,8 +57,10 @@ def progress(row: Row) -> None:
     """One line to stderr as each row is measured."""
     if row.status == "ok":
         cap = f" (reps capped to {row.reps}: a call takes ~{row.median_us / 1e3:,.0f} ms)" if row.slow else ""
-        log(f"  {row.backend:<22} median {fmt_time(row.median_us):>10}  first call "
-            f"{fmt_time(row.first_call_us)}  {row.correct_detail or ''}{cap}")
+        log(
+            f"  {row.backend:<22} median {fmt_time(row.median_us):>10}  first call "
+            f"{fmt_time(row.first_call_us)}  {row.correct_detail or ''}{cap}"
+        )
     else:
         log(f"  {row.backend:<22} {row.status}: {row.error or ''}")
 
@@ -83,8 +85,19 @@ def sort_rows(rows: list[Row], order: Sequence[str] = BACKEND_ORDER) -> list[Row
     return sorted(rows, key=key)
 
 
-HEADERS = ["backend", "median", "min", "max", "reps", "/eager", "/inductor", "segs T+I", "full copies/call",
-           "first call", "correct"]
+HEADERS = [
+    "backend",
+    "median",
+    "min",
+    "max",
+    "reps",
+    "/eager",
+    "/inductor",
+    "segs T+I",
+    "full copies/call",
+    "first call",
+    "correct",
+]
 
 
 def _cells(r: Row) -> list[str]:
@@ -93,9 +106,19 @@ def _cells(r: Row) -> list[str]:
     corr = r.correct_detail or ""
     if not r.correct:
         corr = "FAIL " + corr
-    return [r.backend, fmt_time(r.median_us), fmt_time(r.min_us), fmt_time(r.max_us),
-            f"{r.reps}{'*' if r.slow else ''}", fmt_ratio(r.vs_eager), fmt_ratio(r.vs_inductor), segs,
-            fmt_bytes(r.full_size_copy_bytes), fmt_time(r.first_call_us), corr]
+    return [
+        r.backend,
+        fmt_time(r.median_us),
+        fmt_time(r.min_us),
+        fmt_time(r.max_us),
+        f"{r.reps}{'*' if r.slow else ''}",
+        fmt_ratio(r.vs_eager),
+        fmt_ratio(r.vs_inductor),
+        segs,
+        fmt_bytes(r.full_size_copy_bytes),
+        fmt_time(r.first_call_us),
+        corr,
+    ]
 
 
 def format_table(rows: list[Row]) -> str:
@@ -114,8 +137,9 @@ def format_table(rows: list[Row]) -> str:
 
             def fmt_row(cells):
                 last = len(HEADERS) - 1
-                return "    " + "  ".join(c.ljust(w) if i in (0, last) else c.rjust(w)
-                                          for i, (c, w) in enumerate(zip(cells, widths)))
+                return "    " + "  ".join(
+                    c.ljust(w) if i in (0, last) else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+                )
 
             lines.append(fmt_row(HEADERS))
             for r in srows:
@@ -157,9 +181,15 @@ def plot(rows: list[Row], path: Path, title: str, order: Sequence[str] = BACKEND
             if not pts:
                 continue
             copies = any(r.full_size_copy_bytes for r in pts)
-            ax.errorbar([r.size for r in pts], [r.median_us for r in pts],
-                        yerr=[[r.median_us - r.min_us for r in pts], [r.max_us - r.median_us for r in pts]],
-                        marker=markers[j % len(markers)], capsize=3, label=backend, linestyle="--" if copies else "-")
+            ax.errorbar(
+                [r.size for r in pts],
+                [r.median_us for r in pts],
+                yerr=[[r.median_us - r.min_us for r in pts], [r.max_us - r.median_us for r in pts]],
+                marker=markers[j % len(markers)],
+                capsize=3,
+                label=backend,
+                linestyle="--" if copies else "-",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("N (rows in the cache)")
@@ -234,8 +264,10 @@ def write_results(result: dict[str, Any], rows: list[Row], out_dir: Path, order:
     json_path.write_text(json.dumps(result, indent=1, default=str))
     shutil.copyfile(json_path, out_dir / "latest.json")
     png_path = out_dir / f"{stamp}.png"
-    title = (f"in-place indexed writes, {machine['device']} ({machine['cpu']}, {machine['cpu_count']} cores), "
-             f"torch {torch.__version__}, {result['mode']} run {stamp}")
+    title = (
+        f"in-place indexed writes, {machine['device']} ({machine['cpu']}, {machine['cpu_count']} cores), "
+        f"torch {torch.__version__}, {result['mode']} run {stamp}"
+    )
     elapsed = f"elapsed {result['elapsed_s']:.0f} s"
     if plot(rows, png_path, title, order):
         shutil.copyfile(png_path, out_dir / "latest.png")

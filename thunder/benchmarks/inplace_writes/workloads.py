@@ -146,8 +146,17 @@ class PoolDecoder(torch.nn.Module):
     ``layout="gpt_fast"``: ``[1, kv_heads, N, head_dim]`` written with ``k_cache[:, :, loc] = k``.
     Attention reads only the request's slots ``req_slots``, gathered from the cache after the write."""
 
-    def __init__(self, layout="token_pool", vocab=1000, hidden=512, n_layers=4, n_heads=8, n_kv_heads=2,
-                 head_dim=64, intermediate=1408):
+    def __init__(
+        self,
+        layout="token_pool",
+        vocab=1000,
+        hidden=512,
+        n_layers=4,
+        n_heads=8,
+        n_kv_heads=2,
+        head_dim=64,
+        intermediate=1408,
+    ):
         super().__init__()
         self.layout = layout
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
@@ -157,8 +166,9 @@ class PoolDecoder(torch.nn.Module):
         )
         self.norm = RMSNorm(hidden)
         self.lm_head = torch.nn.Linear(hidden, vocab, bias=False)
-        self.register_buffer("inv_freq", 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2).float() / head_dim)),
-                             persistent=False)
+        self.register_buffer(
+            "inv_freq", 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2).float() / head_dim)), persistent=False
+        )
 
     def forward(self, token, pos, k_buffer: list, v_buffer: list, loc, req_slots):
         H, KV, D = self.n_heads, self.n_kv_heads, self.head_dim
@@ -222,8 +232,12 @@ class TokenPool(Case):
             p = POOL_CONTEXT + t
             # Separate tensors, not views of one: Thunder rejects inputs that alias each other with
             # different shapes (insert_alias_updates tries to reshape one into the other).
-            return (tokens[t].clone(), torch.tensor([p], device=device), slot_of_pos[p : p + 1].clone(),
-                    slot_of_pos[p - POOL_WINDOW + 1 : p + 1].clone())
+            return (
+                tokens[t].clone(),
+                torch.tensor([p], device=device),
+                slot_of_pos[p : p + 1].clone(),
+                slot_of_pos[p - POOL_WINDOW + 1 : p + 1].clone(),
+            )
 
         self.inputs = [step_inputs(t) for t in range(max_steps)]
         self.slot_dim = 0 if self.layout == "token_pool" else 2
@@ -238,8 +252,9 @@ class TokenPool(Case):
         self.saved_k = [b.index_select(self.slot_dim, self.written) for b in self.ref_k]
         self.saved_v = [b.index_select(self.slot_dim, self.written) for b in self.ref_v]
         with torch.no_grad():
-            self.ref_logits = [model(*self.inputs[t][:2], self.ref_k, self.ref_v, *self.inputs[t][2:])
-                               for t in range(self.check_after)]
+            self.ref_logits = [
+                model(*self.inputs[t][:2], self.ref_k, self.ref_v, *self.inputs[t][2:]) for t in range(self.check_after)
+            ]
         pool_bytes = 2 * L * n * KV * D * 4
         self.size_note = f"{pool_bytes / 2**30:.2f} GiB k+v cache ({L} layers)"
         log(f"  [{self.workload} N={n:,}] cache {self.size_note}; process RSS {_rss_gib():.1f} GiB")
@@ -283,8 +298,10 @@ class TokenPool(Case):
             return True, "bitwise equal"
         if untouched_ok and max_diff <= 1e-4 and dl <= 1e-3 and same_tokens:
             return True, f"allclose (written rows max|d|={max_diff:.1e}, logits {dl:.1e})"
-        return False, (f"WRONG: untouched slots {'equal' if untouched_ok else 'CHANGED'}, written rows "
-                       f"max|d|={max_diff:.2e}, logits max|d|={dl:.2e}, argmax {'same' if same_tokens else 'differs'}")
+        return False, (
+            f"WRONG: untouched slots {'equal' if untouched_ok else 'CHANGED'}, written rows "
+            f"max|d|={max_diff:.2e}, logits max|d|={dl:.2e}, argmax {'same' if same_tokens else 'differs'}"
+        )
 
 
 class GptFast(TokenPool):
@@ -386,33 +403,83 @@ class Workload:
 WORKLOADS = {
     w.name: w
     for w in (
-        Workload("setitem", ("a",), "(a) k_buffer[loc] = k, bf16 [N, 8, 64]", Setitem,
-                 (4096, 262_144, 2_615_232), (4096, 65_536),
-                 RepConfig(2, 3, 200, 1.0), RepConfig(2, 3, 30, 0.3), skip=("thunderfx-torchcompile",)),
-        Workload("token_pool", ("b",),
-                 "(b) token-pool decode step, 4-layer GQA decoder, f32 pool [N_pool, 2, 64] per layer", TokenPool,
-                 (65_536, 1_048_576), (65_536,), RepConfig(0, 3, 30, 1.5), RepConfig(0, 3, 8, 0.5),
-                 quick_skip=("jit-", "thunderfx-functional"), skip=("thunderfx-torchcompile",)),
+        Workload(
+            "setitem",
+            ("a",),
+            "(a) k_buffer[loc] = k, bf16 [N, 8, 64]",
+            Setitem,
+            (4096, 262_144, 2_615_232),
+            (4096, 65_536),
+            RepConfig(2, 3, 200, 1.0),
+            RepConfig(2, 3, 30, 0.3),
+            skip=("thunderfx-torchcompile",),
+        ),
+        Workload(
+            "token_pool",
+            ("b",),
+            "(b) token-pool decode step, 4-layer GQA decoder, f32 pool [N_pool, 2, 64] per layer",
+            TokenPool,
+            (65_536, 1_048_576),
+            (65_536,),
+            RepConfig(0, 3, 30, 1.5),
+            RepConfig(0, 3, 8, 0.5),
+            quick_skip=("jit-", "thunderfx-functional"),
+            skip=("thunderfx-torchcompile",),
+        ),
         # A layout variant of (b), for ThunderFX.
-        Workload("gpt_fast", ("d",),
-                 "(d) gpt-fast-style decode step, k_cache[:, :, input_pos] = k, f32 [1, 2, N, 64] per layer", GptFast,
-                 (65_536,), (65_536,), RepConfig(0, 3, 30, 1.5), RepConfig(0, 3, 8, 0.5),
-                 in_quick=False, skip=("jit-", "thunderfx-torchcompile")),
-        Workload("hf_llama", ("c", "hf"),
-                 "(c) HF LlamaForCausalLM + StaticCache, f32, greedy decode step after 8-token prefill", HFLlama,
-                 (4096, 65_536), (4096,), RepConfig(1, 3, 20, 1.5), RepConfig(1, 3, 6, 0.5),
-                 quick_skip=("thunderfx-functional", "thunderfx-torchcompile"), plotted=False,
-                 not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),)),
-        Workload("hf_qwen3", ("e", "qwen3"),
-                 "(e) HF Qwen3ForCausalLM + StaticCache, f32, greedy decode step after 8-token prefill", HFQwen3,
-                 (4096, 32_768), (4096,), RepConfig(1, 3, 20, 1.5), RepConfig(1, 3, 6, 0.5),
-                 in_quick=False, quick_skip=("thunderfx-functional", "thunderfx-torchcompile"), plotted=False,
-                 not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),)),
-        Workload("hf_gpt_oss", ("f", "gpt_oss"),
-                 "(f) HF GptOssForCausalLM (sliding window + MoE) + StaticCache, f32, greedy decode step", HFGptOss,
-                 (4096, 32_768), (4096,), RepConfig(1, 3, 20, 1.5), RepConfig(1, 3, 6, 0.5),
-                 in_quick=False, quick_skip=("thunderfx-functional", "thunderfx-torchcompile"), plotted=False,
-                 not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),)),
+        Workload(
+            "gpt_fast",
+            ("d",),
+            "(d) gpt-fast-style decode step, k_cache[:, :, input_pos] = k, f32 [1, 2, N, 64] per layer",
+            GptFast,
+            (65_536,),
+            (65_536,),
+            RepConfig(0, 3, 30, 1.5),
+            RepConfig(0, 3, 8, 0.5),
+            in_quick=False,
+            skip=("jit-", "thunderfx-torchcompile"),
+        ),
+        Workload(
+            "hf_llama",
+            ("c", "hf"),
+            "(c) HF LlamaForCausalLM + StaticCache, f32, greedy decode step after 8-token prefill",
+            HFLlama,
+            (4096, 65_536),
+            (4096,),
+            RepConfig(1, 3, 20, 1.5),
+            RepConfig(1, 3, 6, 0.5),
+            quick_skip=("thunderfx-functional", "thunderfx-torchcompile"),
+            plotted=False,
+            not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),),
+        ),
+        Workload(
+            "hf_qwen3",
+            ("e", "qwen3"),
+            "(e) HF Qwen3ForCausalLM + StaticCache, f32, greedy decode step after 8-token prefill",
+            HFQwen3,
+            (4096, 32_768),
+            (4096,),
+            RepConfig(1, 3, 20, 1.5),
+            RepConfig(1, 3, 6, 0.5),
+            in_quick=False,
+            quick_skip=("thunderfx-functional", "thunderfx-torchcompile"),
+            plotted=False,
+            not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),),
+        ),
+        Workload(
+            "hf_gpt_oss",
+            ("f", "gpt_oss"),
+            "(f) HF GptOssForCausalLM (sliding window + MoE) + StaticCache, f32, greedy decode step",
+            HFGptOss,
+            (4096, 32_768),
+            (4096,),
+            RepConfig(1, 3, 20, 1.5),
+            RepConfig(1, 3, 6, 0.5),
+            in_quick=False,
+            quick_skip=("thunderfx-functional", "thunderfx-torchcompile"),
+            plotted=False,
+            not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),),
+        ),
     )
 }
 WORKLOAD_ORDER = tuple(WORKLOADS)
