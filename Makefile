@@ -6,7 +6,7 @@ PYTEST  := $(PY) -m pytest
 # Base for edit/export/upstream-diff: 0.2.6 (the PyPI release) or main (upstream main, ../shared/upstream).
 BASE    ?= 0.2.6
 
-.PHONY: setup lint test test-main test-slow gpu-check bench upstream-diff edit export check-series stock-fails upstream-tests wheel clean
+.PHONY: setup lint test test-main test-slow test-torch gpu-check bench upstream-diff edit export check-series stock-fails upstream-tests wheel clean
 
 setup:
 	bash scripts/setup.sh
@@ -24,6 +24,10 @@ test-main: setup
 # Upstream's pre-commit (ruff format --check, ruff check) on the files the series adds or changes.
 lint: setup
 	bash scripts/lint.sh
+
+# The suite (0.2.6 base) against another torch release in its own venv: make test-torch VERSION=2.13.0
+test-torch: setup
+	bash scripts/test-torch.sh $(VERSION)
 
 # Long property-based profile and heavy sweeps (run by hand, not in CI).
 test-slow: setup

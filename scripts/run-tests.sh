@@ -8,6 +8,8 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# VENV: another venv of this checkout (make test-torch VERSION=...: .venv-torch-VERSION).
+py="$root/${VENV:-.venv}/bin/python"
 base=${1:?usage: scripts/run-tests.sh 0.2.6|main [PYTEST_ARGS...]}
 shift
 case "$base" in
@@ -15,18 +17,18 @@ case "$base" in
   main) tree=build/patched-main; export STOCK_BASE=main ;;
   *) echo "run-tests: unknown base $base" >&2; exit 2 ;;
 esac
-.venv/bin/python scripts/patchset.py upstream-diff --base "$base" || exit 1
+"$py" scripts/patchset.py upstream-diff --base "$base" || exit 1
 export PYTHONPATH="$root/$tree"
-.venv/bin/python -W ignore -c "
+"$py" -W ignore -c "
 import thunder
 assert '/$tree/' in thunder.__file__, f'imports the wrong Thunder: {thunder.__file__}'
 print(f'run-tests: thunder {thunder.__version__} from {thunder.__file__}')" || exit 1
 # Upstream-layout tests of the series (patches/tests lists them: scripts/series_tests.py), and upstream's fast
 # suites of the files the series edits most, whole.
-mapfile -t series_files < <(.venv/bin/python scripts/series_tests.py files) || exit 1
+mapfile -t series_files < <("$py" scripts/series_tests.py files) || exit 1
 fast_suites=(thunder/tests/test_update_aliases.py thunder/tests/test_inplace_copy.py)
 status=0
-(cd "$tree" && PYTHONPATH="$root/$tree:$root/scripts" "$root/.venv/bin/python" -m pytest -p no:cacheprovider -W ignore \
+(cd "$tree" && PYTHONPATH="$root/$tree:$root/scripts" "$py" -m pytest -p no:cacheprovider -W ignore \
   -p series_tests --series-tests "${fast_suites[@]/#/--series-whole=}" "${series_files[@]}" "$@") || status=1
-.venv/bin/python -m pytest tests "$@" || status=1
+"$py" -m pytest tests "$@" || status=1
 exit $status
