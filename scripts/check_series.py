@@ -75,17 +75,40 @@ def run_pytest(label: str, args: list[str], *, cwd: Path, env: dict[str, str]) -
     return ok, counts, log
 
 
-def check_import(tree: Path, modules: list[str]) -> str | None:
-    """None if `import thunder` (from `tree`) and the given modules import; else the error's last line."""
+def _failing_imports(tree: Path, modules: list[str]) -> dict[str, str]:
+    """{module: last line of its error} for the modules that do not import from `tree` (thunder first)."""
     code = (
         "import importlib, sys, thunder\n"
         f"assert thunder.__file__.startswith({str(tree)!r}), f'imports {{thunder.__file__}}'\n"
-        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "failed = {}\n"
+        f"for m in {modules!r}:\n"
+        "    try: importlib.import_module(m)\n"
+        "    except Exception as e: failed[m] = f'{type(e).__name__}: {e}'.splitlines()[0]\n"
+        "print(repr(failed))\n"
     )
     proc = subprocess.run([str(PY), "-c", code], cwd=tree, env=_env(tree), text=True, capture_output=True)
-    if proc.returncode == 0:
-        return None
-    return (proc.stderr.strip().splitlines() or ["import failed"])[-1]
+    if proc.returncode != 0:
+        return {"thunder": (proc.stderr.strip().splitlines() or ["import failed"])[-1]}
+    return eval(proc.stdout.strip().splitlines()[-1])  # a dict literal printed by the child
+
+
+def check_import(tree: Path, modules: list[str], base: patchset.Base) -> tuple[str | None, list[str]]:
+    """(error, skipped): error is None if `import thunder` and the touched modules import from `tree`.
+    A module that fails on the pristine base as well (an executor whose library is absent here, such as
+    nvfuserex_impl or cudnn_sdpa) is not the series' failure: it is skipped and named."""
+    failed = _failing_imports(tree, modules)
+    if "thunder" in failed:
+        return failed["thunder"], []
+    if not failed:
+        return None, []
+    pristine = base.ensure_pristine()
+    on_base = _failing_imports(pristine, [m for m in failed if (pristine / (m.replace(".", "/") + ".py")).exists()
+                                          or (pristine / m.replace(".", "/") / "__init__.py").exists()])
+    ours = {m: e for m, e in failed.items() if m not in on_base}
+    if ours:
+        m, e = next(iter(ours.items()))
+        return f"{m}: {e}", []
+    return None, sorted(failed)
 
 
 def _touched_modules(selected) -> list[str]:
@@ -102,9 +125,10 @@ def _touched_modules(selected) -> list[str]:
     return mods
 
 
-def check_tree(label: str, tree: Path, selected) -> tuple[bool, str, dict[str, int]]:
+def check_tree(label: str, tree: Path, selected, base: patchset.Base) -> tuple[bool, str, dict[str, int]]:
     """Import check + upstream fast suites + the tests of the selected patches (patches/tests), inside `tree`."""
-    if (err := check_import(tree, _touched_modules(selected))) is not None:
+    err, skipped = check_import(tree, _touched_modules(selected), base)
+    if err is not None:
         return False, f"import FAILED: {err}", {}
     fast = [s for s in UPSTREAM_FAST if (tree / s).exists()]
     selections = series_tests.selections_upto(len(selected))
@@ -116,7 +140,8 @@ def check_tree(label: str, tree: Path, selected) -> tuple[bool, str, dict[str, i
     ok, counts, log = run_pytest(label, args, cwd=tree, env=env)
     added = len({s.patch for s in selections})
     what = "upstream fast suites" + (f" + the tests of {added} patches" if added else "")
-    text = f"import ok; {what}: {_describe(counts)}"
+    unimportable = f" (not importable on the base here either: {', '.join(skipped)})" if skipped else ""
+    text = f"import ok{unimportable}; {what}: {_describe(counts)}"
     if not ok:
         text += f"  FAILED (log: {patchset._rel(log)})"
     return ok, text, counts
@@ -137,7 +162,7 @@ def check_prefixes(upto: int | None) -> tuple[int, int]:
         except patchset.PatchSetError as e:
             print(f"{base.key} prefix {k}/{n} {name}: compose FAILED: {str(e).splitlines()[0]}", flush=True)
             continue
-        ok, text, _ = check_tree(label, tree, selected)
+        ok, text, _ = check_tree(label, tree, selected, base)
         good += ok
         print(f"{base.key} prefix {k}/{n} {name[:40]}: {text} [{time.monotonic() - t0:.0f} s]", flush=True)
     return good, last
@@ -153,7 +178,7 @@ def check_main(pytest_args: list[str]) -> tuple[bool, str]:
         print(f"main: compose FAILED: {e}", flush=True)
         return False, "main: compose FAILED"
     variants = [p.name[:4] for _, p, _ in selected if p.parent != patchset.PATCHES]
-    ok, text, counts = check_tree("main-upstream", tree, selected)
+    ok, text, counts = check_tree("main-upstream", tree, selected, base)
     if stale := patchset.stale_variant_messages(selected):
         ok, text = False, text + f"; FAILED: variants with another message than the 0.2.6 patch: {stale}"
     passed = counts.get("passed", 0)

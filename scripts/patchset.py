@@ -9,7 +9,10 @@ The repository never holds Thunder's own code. Everything here is derived from t
 * ``patches/series``: the patches in order, each with the files under ``thunder/`` it adds;
 * ``patches/NNNN-*.patch``: git-format patches that *edit* files of the base; where a patch needs
   other context on main, ``patches/main/`` holds a variant with the same file name (same message);
-* ``thunder/``: the files the set *adds*, at their upstream paths, in their final form.
+* ``thunder/``: the files the set *adds*, at their upstream paths, in their final form. A file is added
+  by the patch that claims it; a later patch may edit it (its diff section on that file), so an added
+  file grows patch by patch. Compose starts an added file from its first form, which is the final form
+  with the later patches' sections on it reversed, and checks that the whole series gives the final form.
 
 ``patches/series``, one entry per patch::
 
@@ -443,26 +446,77 @@ def filter_patch(text: str, keep) -> str:
     return head + "".join(kept)
 
 
+def patch_sections(text: str) -> list[tuple[str, str]]:
+    """(path, section) for each `diff --git` section of a git-format patch."""
+    out = []
+    for s in re.split(r"(?m)^(?=diff --git )", text)[1:]:
+        m = re.match(r"diff --git a/(\S+) b/(\S+)", s)
+        if m is not None:
+            out.append((m.group(2), s))
+    return out
+
+
+def _adds_file(section: str) -> bool:
+    header = section.split("\n@@", 1)[0]
+    return "\nnew file mode " in header
+
+
+def added_file_edits(selected, added_paths: set[str]) -> dict[str, list[tuple[int, str]]]:
+    """Added file -> [(patch number, section)] of the later patches that edit it, in series order."""
+    edits: dict[str, list[tuple[int, str]]] = {}
+    for i, (_, patch, _) in enumerate(selected, 1):
+        for path, section in patch_sections(patch.read_text()):
+            if path in added_paths and not _adds_file(section):
+                edits.setdefault(path, []).append((i, section))
+    return edits
+
+
+def first_forms(base: "Base", added_paths: list[str]) -> dict[str, bytes]:
+    """Added file -> its content when its patch adds it: the final form (thunder/) with the sections of the
+    later patches that edit it reversed, last patch first."""
+    edits = added_file_edits(resolved_series(base), set(added_paths))
+    forms = {rel: (ROOT / rel).read_bytes() for rel in added_paths}
+    if not edits:
+        return forms
+    BUILD.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
+        tree = Path(tmp) / "t"
+        for rel, sections in edits.items():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tree / rel).write_bytes(forms[rel])
+            for i, section in reversed(sections):
+                diff = Path(tmp) / "section.diff"
+                diff.write_text(section)
+                proc = git_apply(diff, tree, reverse=True)
+                if proc.returncode != 0:
+                    raise PatchSetError(
+                        f"patch {i}'s edit of {rel} does not reverse from thunder/{rel[len('thunder/'):]} "
+                        f"(after reversing the later edits): the added file and the series disagree\n{proc.stderr}"
+                    )
+            forms[rel] = (tree / rel).read_bytes()
+    return forms
+
+
 # ---------------------------------------------------------------------------------------------------
 # compose
 
 
-def git_apply(patch: Path, tree: Path, *, check: bool = False) -> subprocess.CompletedProcess:
+def git_apply(patch: Path, tree: Path, *, check: bool = False, reverse: bool = False) -> subprocess.CompletedProcess:
     """`git apply` to a plain directory. The ceiling stops git from finding this repository above
     `tree`; inside a repository, git apply would resolve paths from its top and silently skip them."""
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.resolve().parent)}
-    cmd = ["git", "apply", "-p1", "--whitespace=nowarn", *(["--check"] if check else []), str(patch)]
+    cmd = ["git", "apply", "-p1", "--whitespace=nowarn", *(["--check"] if check else []), *(["-R"] if reverse else []), str(patch)]
     return subprocess.run(cmd, cwd=tree, env=env, text=True, capture_output=True)
 
 
-def _fingerprint(base: Base, selected) -> str:
+def _fingerprint(base: Base, selected, forms: dict[str, bytes]) -> str:
     digest = hashlib.sha256(f"{base.key}\0{base.pin_sha256}".encode())
     for entry, patch, added in selected:
         digest.update(f"\0{entry.name}\0{_rel(patch)}\0".encode())
         digest.update(patch.read_bytes())
         for rel in added:
             digest.update(f"\0{rel}\0".encode())
-            digest.update((ROOT / rel).read_bytes())
+            digest.update(forms[rel])
     return digest.hexdigest()
 
 
@@ -475,7 +529,8 @@ def compose(out: Path | None = None, *, base: Base | str = DEFAULT_BASE, upto: i
     out = Path(out).resolve()
     selected = resolved_series(base, upto)
     all_added = overlay_files()
-    fingerprint = _fingerprint(base, selected)
+    forms = first_forms(base, all_added)
+    fingerprint = _fingerprint(base, selected, forms)
     base_dir = base.ensure_pristine()
     stamp = out / ".patchset-stamp"
     if not force and stamp.exists() and stamp.read_text() == fingerprint:
@@ -490,7 +545,7 @@ def compose(out: Path | None = None, *, base: Base | str = DEFAULT_BASE, upto: i
         for i, (entry, patch, added) in enumerate(selected, 1):
             for rel in added:
                 (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(ROOT / rel, staging / rel)
+                (staging / rel).write_bytes(forms[rel])
             if has_diff(patch):
                 proc = git_apply(patch, staging)
                 if proc.returncode != 0:
@@ -498,6 +553,10 @@ def compose(out: Path | None = None, *, base: Base | str = DEFAULT_BASE, upto: i
                     raise PatchSetError(
                         f"patch {i} ({where}) does not apply on the {base.key} base after patches 1..{i - 1}:\n{proc.stderr}"
                     )
+        if upto is None:
+            differ = [rel for rel in all_added if (staging / rel).read_bytes() != (ROOT / rel).read_bytes()]
+            if differ:
+                raise PatchSetError(f"the series' edits of added files do not end in their form in thunder/: {differ}")
         (staging / ".patchset-stamp").write_text(fingerprint)
         if out.exists():
             shutil.rmtree(out)
@@ -530,10 +589,10 @@ def _am_in_progress(repo: Path) -> bool:
     return (repo / ".git" / "rebase-apply").exists()
 
 
-def _copy_added(repo: Path, added: list[str]) -> None:
+def _copy_added(repo: Path, added: list[str], forms: dict[str, bytes]) -> None:
     for rel in added:
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, repo / rel)
+        (repo / rel).write_bytes(forms[rel])
 
 
 def edit(base: Base | str = DEFAULT_BASE, *, resume: bool = False) -> None:
@@ -541,6 +600,7 @@ def edit(base: Base | str = DEFAULT_BASE, *, resume: bool = False) -> None:
     base = get_base(base)
     repo = base.edit_dir
     selected = resolved_series(base)
+    forms = first_forms(base, overlay_files())
     state_file = _state_path(repo)
     if resume:
         if not state_file.exists():
@@ -572,7 +632,7 @@ def edit(base: Base | str = DEFAULT_BASE, *, resume: bool = False) -> None:
                 _git(repo, "am", "-q", "--keep-non-patch", str(patch))
             except PatchSetError as e:
                 # Stage the patch's added files, so that `git am --continue` commits them with it.
-                _copy_added(repo, added)
+                _copy_added(repo, added, forms)
                 if added:
                     _git(repo, "add", "--", *added)
                 state_file.write_text(json.dumps({**state, "next": i + 1}))
@@ -585,7 +645,7 @@ def edit(base: Base | str = DEFAULT_BASE, *, resume: bool = False) -> None:
         else:
             _git(repo, "am", "-q", "--keep-non-patch", "--empty=keep", str(patch))
         if added:
-            _copy_added(repo, added)
+            _copy_added(repo, added, forms)
             _git(repo, "add", "--", *added)
             _git(repo, "commit", "-q", "--amend", "--no-edit")
     state_file.write_text(json.dumps({**state, "next": len(selected)}))
@@ -649,12 +709,18 @@ def _added_by_commit(repo: Path, commits: list[str], added_final: list[str]) -> 
 
 
 def _format_patches(repo: Path, base_paths: set[str]) -> list[tuple[str, str]]:
-    """(file name, text) per commit base..HEAD, keeping only the diffs of files that exist in the base."""
+    """(file name, text) per commit base..HEAD, keeping the diffs of files that exist in the base and the
+    edits of added files (a file's adding section is dropped: thunder/ holds the file)."""
     with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
         out = _git(repo, *FORMAT_PATCH, "-o", tmp, "base..HEAD", capture=True).split()
         if len(out) != len(_commits(repo)):
             raise PatchSetError(f"{_rel(repo)}: empty or merge commits in base..HEAD cannot be exported; drop or squash them")
-        return [(Path(p).name, filter_patch(Path(p).read_text(), lambda path: path in base_paths)) for p in out]
+        return [(Path(p).name, _drop_adding_sections(Path(p).read_text())) for p in out]
+
+
+def _drop_adding_sections(text: str) -> str:
+    parts = re.split(r"(?m)^(?=diff --git )", text)
+    return parts[0] + "".join(s for s in parts[1:] if not _adds_file(s))
 
 
 def _reuse_claims(old_claims: list[str], added: list[str], added_final: list[str]) -> list[str] | None:

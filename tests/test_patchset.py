@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,42 @@ def test_filter_patch_keeps_only_base_files():
     assert "thunder/new.py" not in out and "+b\n" in out and out.startswith("From 0")
     header_only = patchset.filter_patch(text, lambda p: False)
     assert "diff --git" not in header_only and patchset.patch_header(header_only) == patchset.patch_header(text)
+
+
+def test_export_drops_the_adding_section_but_keeps_edits_of_added_files():
+    text = (
+        "From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] x\n\nwhy\n\n"
+        "diff --git a/thunder/new.py b/thunder/new.py\nnew file mode 100644\n--- /dev/null\n+++ b/thunder/new.py\n@@ -0,0 +1 @@\n+x\n"
+        "diff --git a/thunder/added.py b/thunder/added.py\n--- a/thunder/added.py\n+++ b/thunder/added.py\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    out = patchset._drop_adding_sections(text)
+    assert "thunder/new.py" not in out and "b/thunder/added.py" in out and out.startswith("From 0")
+
+
+def test_added_files_grow_patch_by_patch():
+    """A later patch may edit a file an earlier one adds: the first form (what compose --upto puts in
+    with the adding patch) is thunder/'s final form with the later edits reversed, and replaying those
+    edits forward gives the final form back."""
+    base = patchset.get_base(patchset.DEFAULT_BASE)
+    added = patchset.overlay_files()
+    edits = patchset.added_file_edits(patchset.resolved_series(base), set(added))
+    # The series uses this: 0025 adds its cases to the tests 0010 adds.
+    assert "thunder/tests/test_inplace_indexed_writes.py" in edits
+    forms = patchset.first_forms(base, added)
+    for rel, sections in edits.items():
+        final = (REPO / rel).read_bytes()
+        assert forms[rel] != final, rel
+        tree = Path(tempfile.mkdtemp(dir=patchset.BUILD))
+        try:
+            (tree / rel).parent.mkdir(parents=True)
+            (tree / rel).write_bytes(forms[rel])
+            for i, section in sections:
+                (tree / "edit.diff").write_text(section)
+                proc = patchset.git_apply(tree / "edit.diff", tree)
+                assert proc.returncode == 0, f"patch {i} on {rel}: {proc.stderr}"
+            assert (tree / rel).read_bytes() == final, rel
+        finally:
+            shutil.rmtree(tree)
 
 
 def _tree_digest(root: Path) -> dict[str, str]:

@@ -1123,6 +1123,30 @@ def test_thunderfx_write_through_view_of_input(mode):
     assert torch.equal(cache, ecache)
 
 
+def test_thunderfx_support_check_lowers_writes_as_the_compile_option_says():
+    # The splitter's support check traces a node under its own compile data: without the option it checked
+    # the in-place prim (which accepts a bad index_copy_ until it runs), while the real compile under
+    # "functional" traced the functional op, whose meta rejects it, inside the Thunder segment (where the
+    # error took minutes to surface). Checked as the compile checks, the node goes to Inductor, as on stock.
+    from thunder.dynamo.utils import SplitReasonType, is_node_supported_by_thunder
+
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return lambda *args: ()  # the graph is only inspected, never run
+
+    def f(buf, index, source):
+        buf.index_copy_(0, index, source)
+
+    torch._dynamo.reset()
+    torch.compile(f, backend=capture)(torch.zeros(3, 2), tensor_([1, 2]), torch.ones(1, 2))
+    (node,) = (n for n in graphs[0].graph.nodes if n.op == "call_method" and n.target == "index_copy_")
+    assert is_node_supported_by_thunder(node, {"inplace_indexed_writes": "inplace"}) == (True, None)
+    supported, reason = is_node_supported_by_thunder(node, {"inplace_indexed_writes": "functional"})
+    assert not supported and reason.reason_type is SplitReasonType.EXCEPTION_META_THUNDER_OP
+
+
 def test_thunderfx_grad_through_setitem():
     def f(x, idx, val):
         x = x.clone()
