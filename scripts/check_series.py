@@ -6,8 +6,10 @@
     the tests that exist at that prefix: upstream's fast suites from the composed tree
     (thunder/tests/test_update_aliases.py, test_inplace_copy.py) plus every thunder/tests/ test file the
     patches 1..k add.
-(b) The whole series on main (scripts/base-main.json): compose into build/check-series/main, import, the
-    same upstream suites and the repository's tests/ (-m "not slow"), with PYTHONPATH on that tree and
+(b) Upstream main (scripts/base-main.json) at the end of each PR of the stack (patches/prs) but the last:
+    compose, import, the same suites as a prefix, so each PR applies and passes on main on top of the PRs
+    before it. (c) The whole series on main: compose into build/check-series/main, import, the same
+    upstream suites and the repository's tests/ (-m "not slow"), with PYTHONPATH on that tree and
     STOCK_BASE=main (so scripts/python-stock is pristine main).
 
 One line per prefix/base, then one summary line; exits non-zero on any failure. Composed trees are reused
@@ -168,6 +170,27 @@ def check_prefixes(upto: int | None) -> tuple[int, int]:
     return good, last
 
 
+def check_pr_prefixes() -> tuple[int, int]:
+    """Upstream main at the last patch of each PR but the last (patches/prs): compose, import and the tests
+    that exist there, as for a 0.2.6 prefix. The last PR is the whole series, which check_main checks."""
+    base = patchset.get_base("main")
+    prs = series_tests.pull_requests()[:-1]
+    good = 0
+    for name, upto in prs:
+        t0 = time.monotonic()
+        label = f"main-pr-{name}"
+        try:
+            selected = patchset.resolved_series(base, upto)
+            tree = patchset.compose(OUT / label, base=base, upto=upto, quiet=True)
+        except patchset.PatchSetError as e:
+            print(f"main PR {name} (patches 1..{upto}): compose FAILED: {str(e).splitlines()[0]}", flush=True)
+            continue
+        ok, text, _ = check_tree(label, tree, selected, base)
+        good += ok
+        print(f"main PR {name} (patches 1..{upto}): {text} [{time.monotonic() - t0:.0f} s]", flush=True)
+    return good, len(prs)
+
+
 def check_main(pytest_args: list[str]) -> tuple[bool, str]:
     t0 = time.monotonic()
     base = patchset.get_base("main")
@@ -202,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=[patchset.DEFAULT_BASE, "main"], help="check one base only")
     parser.add_argument("--upto", type=int, help="0.2.6: check prefixes 1..N only")
+    parser.add_argument("--no-pr-prefixes", action="store_true", help="main: only the whole series, not each PR's end")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments for the tests/ run on main")
     args = parser.parse_args(argv)
     t0 = time.monotonic()
@@ -211,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
             good, total = check_prefixes(args.upto)
             ok &= good == total
             parts.append(f"{patchset.DEFAULT_BASE} prefixes {good}/{total} ok")
+        if args.only in (None, "main") and not args.no_pr_prefixes:
+            good, total = check_pr_prefixes()
+            ok &= good == total
+            parts.append(f"main at the PRs' ends {good}/{total} ok")
         if args.only in (None, "main"):
             main_ok, summary = check_main(args.pytest_args)
             ok &= main_ok

@@ -78,6 +78,29 @@ def selections_upto(n: int | None = None, *, path: Path = TESTS_FILE, series: Pa
     return [s for s in selections if s.patch in keep]
 
 
+PRS_FILE = ROOT / "patches" / "prs"
+
+
+def pull_requests(path: Path = PRS_FILE, series: Path = SERIES_FILE) -> list[tuple[str, int]]:
+    """``patches/prs``: [(PR name, number of patches up to and including its last)] in merge order; every
+    patch belongs to one PR (the last PR ends with the series)."""
+    order = series_order(series)
+    prs = []
+    for lineno, raw in enumerate(path.read_text().splitlines(), 1):
+        if raw.lstrip().startswith("#") or not raw.strip():
+            continue
+        name, last = raw.split()
+        if last not in order:
+            raise ValueError(f"{path}:{lineno}: {last!r} is not a patch of the series")
+        upto = order.index(last) + 1
+        if prs and upto <= prs[-1][1]:
+            raise ValueError(f"{path}:{lineno}: PR {name} ends before the PR above it")
+        prs.append((name, upto))
+    if not prs or prs[-1][1] != len(order):
+        raise ValueError(f"{path}: the last PR must end with the series' last patch")
+    return prs
+
+
 def files(selections: list[Selection]) -> list[str]:
     return list(dict.fromkeys(s.path for s in selections))
 
