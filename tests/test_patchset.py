@@ -68,6 +68,19 @@ def test_repository_series_claims_every_added_file():
     assert set(patchset.main_variants(entries)) <= {e.name for e in entries}
 
 
+def test_pr_stack_covers_the_series_in_order():
+    import series_tests
+
+    prs = series_tests.pull_requests()
+    ends = [upto for _, upto in prs]
+    assert ends == sorted(set(ends)) and ends[-1] == len(patchset.read_series())
+    # The maintainer's order: standalone fixes, aliasing, the core write, more writes, GQA, SymInts, enablers.
+    names = [name.split("-", 1)[1] for name, _ in prs]
+    assert names.index("standalone-fixes") < names.index("aliasing-and-order") < names.index("core-write")
+    assert names.index("core-write") < names.index("more-indexed-writes") < names.index("grouped-query-attention")
+    assert names.index("grouped-query-attention") < names.index("symbolic-ints") < names.index("decode-enablers")
+
+
 def test_filter_patch_keeps_only_base_files():
     text = (
         "From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] x\n\nwhy\n\n"
@@ -97,7 +110,7 @@ def test_added_files_grow_patch_by_patch():
     base = patchset.get_base(patchset.DEFAULT_BASE)
     added = patchset.overlay_files()
     edits = patchset.added_file_edits(patchset.resolved_series(base), set(added))
-    # The series uses this: 0025 adds its cases to the tests 0010 adds.
+    # The series uses this: 0013 adds its cases to the tests 0010 adds.
     assert "thunder/tests/test_inplace_indexed_writes.py" in edits
     forms = patchset.first_forms(base, added)
     for rel, sections in edits.items():
