@@ -145,7 +145,7 @@ def check_tree(label: str, tree: Path, selected, base: patchset.Base) -> tuple[b
     unimportable = f" (not importable on the base here either: {', '.join(skipped)})" if skipped else ""
     text = f"import ok{unimportable}; {what}: {_describe(counts)}"
     if not ok:
-        text += f"  FAILED (log: {patchset._rel(log)})"
+        text += f"  FAILED (log: {patchset.relative_to_root(log)})"
     return ok, text, counts
 
 
@@ -212,7 +212,7 @@ def check_main(pytest_args: list[str]) -> tuple[bool, str]:
     repo_ok, repo_counts, log = run_pytest(
         "main-repo-tests", ["tests", "-m", "not slow", *pytest_args], cwd=ROOT, env=_env(tree, STOCK_BASE="main")
     )
-    fail = "" if repo_ok else f"  FAILED (log: {patchset._rel(log)})"
+    fail = "" if repo_ok else f"  FAILED (log: {patchset.relative_to_root(log)})"
     print(f"main: repository tests/ (-m 'not slow'{' ' + ' '.join(pytest_args) if pytest_args else ''}): "
           f"{_describe(repo_counts)}{fail} [{time.monotonic() - t0:.0f} s]", flush=True)
     passed += repo_counts.get("passed", 0)

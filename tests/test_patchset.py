@@ -99,7 +99,7 @@ def test_export_drops_the_adding_section_but_keeps_edits_of_added_files():
         "diff --git a/thunder/new.py b/thunder/new.py\nnew file mode 100644\n--- /dev/null\n+++ b/thunder/new.py\n@@ -0,0 +1 @@\n+x\n"
         "diff --git a/thunder/added.py b/thunder/added.py\n--- a/thunder/added.py\n+++ b/thunder/added.py\n@@ -1 +1 @@\n-a\n+b\n"
     )
-    out = patchset._drop_adding_sections(text)
+    out = patchset.drop_adding_sections(text)
     assert "thunder/new.py" not in out and "b/thunder/added.py" in out and out.startswith("From 0")
 
 

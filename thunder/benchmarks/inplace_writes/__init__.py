@@ -34,6 +34,11 @@ measures, on four workloads (:mod:`.workloads`):
     The report's gpt-oss family (``GptOssForCausalLM``: a sliding-window and a full-attention layer,
     attention sinks, 4-expert top-2 MoE). The decode graph carries the sliding-window layer's position as
     a symbolic int, and the MoE router ops split it into several segments.
+``g`` / ``hf_mistral``, ``h`` / ``hf_mixtral``, ``i`` / ``hf_qwen3_moe``, ``j`` / ``hf_deepseek_v3``
+    More families, with the parameters requiring grad as ``from_pretrained`` leaves them (the steps run
+    under ``torch.no_grad()``, as users decode): Mistral decoding past its 12-slot sliding window, the
+    MoE models Mixtral and Qwen3-MoE, and DeepSeek-V3 (multi-head latent attention + MoE). Static
+    caches of 4,096 and 32,768.
 
 Backends (:mod:`.backends`), all measured in the same process: eager; ``torch.compile`` with Inductor;
 ThunderFX (``torch.compile(backend=thunder.dynamo.ThunderCompiler(...))``) with each

@@ -73,7 +73,8 @@ def build_parser(prog: str = "python -m thunder.benchmarks.inplace_writes") -> a
         "--workloads",
         nargs="+",
         default=None,
-        help="any of a/setitem, b/token_pool, c/hf_llama, d/gpt_fast, e/hf_qwen3, f/hf_gpt_oss (default: all; --quick: a, b, c)",
+        help="any of a/setitem, b/token_pool, c/hf_llama, d/gpt_fast, e/hf_qwen3, f/hf_gpt_oss, g/hf_mistral, "
+        "h/hf_mixtral, i/hf_qwen3_moe, j/hf_deepseek_v3 (default: all; --quick: a, b, c)",
     )
     p.add_argument(
         "--backends",

@@ -321,12 +321,15 @@ class HFDecoder(Case):
     family = "llama"
     check_after = 6
     dynamic = None
+    # The seed families freeze their parameters; the later ones keep requires_grad=True as from_pretrained
+    #   leaves them (the steps still run under torch.no_grad(), as users decode).
+    frozen = True
 
     def __init__(self, max_cache_len: int, device: torch.device, max_steps: int):
         from . import hf_models
 
         self.size, self.device = max_cache_len, device
-        self.fn, self.config = hf_models.tiny_decoder(self.family, max_cache_len, device)
+        self.fn, self.config = hf_models.tiny_decoder(self.family, max_cache_len, device, frozen=self.frozen)
         self.workload = f"hf_{self.family}"
         config = self.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -365,6 +368,23 @@ class HFQwen3(HFDecoder):
 
 class HFGptOss(HFDecoder):
     family = "gpt_oss"
+
+
+class HFMistral(HFDecoder):
+    # Past the sliding window: the tiny config's window is shorter than the prefill plus the warm-up steps.
+    family, frozen = "mistral", False
+
+
+class HFMixtral(HFDecoder):
+    family, frozen = "mixtral", False
+
+
+class HFQwen3Moe(HFDecoder):
+    family, frozen = "qwen3_moe", False
+
+
+class HFDeepSeekV3(HFDecoder):
+    family, frozen = "deepseek_v3", False
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -479,6 +499,28 @@ WORKLOADS = {
             quick_skip=("thunderfx-functional", "thunderfx-torchcompile"),
             plotted=False,
             not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),),
+        ),
+        *(
+            Workload(
+                f"hf_{case.family}",
+                (letter, case.family),
+                f"({letter}) HF {title} + StaticCache, f32, parameters requiring grad, greedy decode step under no_grad",
+                case,
+                (4096, 32_768),
+                (4096,),
+                RepConfig(1, 3, 20, 1.5),
+                RepConfig(1, 3, 6, 0.5),
+                in_quick=False,
+                quick_skip=("thunderfx-functional", "thunderfx-torchcompile"),
+                plotted=False,
+                not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),),
+            )
+            for letter, case, title in (
+                ("g", HFMistral, "MistralForCausalLM past its sliding window"),
+                ("h", HFMixtral, "MixtralForCausalLM (MoE)"),
+                ("i", HFQwen3Moe, "Qwen3MoeForCausalLM (MoE)"),
+                ("j", HFDeepSeekV3, "DeepseekV3ForCausalLM (MLA + MoE)"),
+            )
         ),
     )
 }

@@ -1,0 +1,1 @@
+"""The patch-set tools behind scripts/patchset.py (its docstring describes them)."""
