@@ -192,19 +192,21 @@ def _thunder_symbol(node: torch.fx.Node):
 
 
 def find_aliased_writes_under_grad(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, str]:
-    """The nodes that go to Inductor because a gradient flows through an in-place indexed write into their
+    """The nodes that run as eager PyTorch because a gradient flows through an in-place indexed write into their
     storage which leaves an alias of it, made before the write, to be read after it, or which is a graph
     input that requires grad; each with why.
 
     Those are the nodes from the first whose value shares that storage (the base, its views, the writes) to
-    the last, in one Inductor segment (views passed between two Inductor segments went wrong in AOT's
-    replay of the write). Inductor's gradient of them is eager's. thunder.jit makes most such aliases again
+    the last, in one segment that the splitter does not compile: it runs the FX nodes as they are, under
+    autograd, so values, errors on bad input and gradients are eager's (Inductor's gradient was eager's too,
+    but its kernels accept indices eager rejects, such as -1 for ``index_copy_``, and views passed between two
+    compiled segments went wrong in AOT's replay of the write). thunder.jit makes most such aliases again
     from the written tensor (thunder.torch.indexed_writes.rebase_views_after_differentiable_writes), but a
     segment sees the views only when they are made inside it (an alias passed in from an earlier segment has
     no view relation), and some it refuses (views by ``reshape``, arguments that require grad); leaving the
-    storage's nodes together to Inductor keeps Thunder segments free of such writes. A write whose aliases
+    storage's nodes together out of Thunder keeps Thunder segments free of such writes. A write whose aliases
     are read only before it stays in Thunder (the functional lowering). Nothing here raises: a node it
-    declines goes to Inductor with a split reason.
+    declines runs eagerly with a split reason.
 
     Before (``y = x * 1; v = y.view(-1); y[0] = w; return (v * v).sum()``, ``x``, ``w`` requiring grad)::
 
@@ -288,7 +290,7 @@ def find_aliased_writes_under_grad(gm: torch.fx.GraphModule) -> dict[torch.fx.No
             continue
         reason = (
             f"node with name: {node.name} and target: {op_name} writes in place, where a gradient flows, into "
-            f"{destination.name}, {why}; the nodes of that storage go to Inductor, whose gradient of them is eager's"
+            f"{destination.name}, {why}; the nodes of that storage run as eager PyTorch (values, errors and gradients are eager's)"
         )
         # The nodes of the storage (a write's node has no value of its own: operator.setitem returns None),
         #   and every node between them, so that its views do not pass between Inductor segments.

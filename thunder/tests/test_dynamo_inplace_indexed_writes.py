@@ -458,6 +458,69 @@ def test_write_with_an_alias_read_after_it_goes_to_inductor_where_a_gradient_flo
     assert "ALIASED_WRITE_UNDER_GRAD" in _split_reasons(backend)
 
 
+def _index_copy_out_of_range_into_an_input_requiring_grad(buf, index, source):
+    buf.index_copy_(0, index, source)
+
+
+def _index_copy_negative_index_into_a_view_requiring_grad(buf, index, source):
+    buf.narrow(1, 0, 3).index_copy_(1, index, source)
+
+
+@pytest.mark.parametrize(
+    "fn, index, source_shape",
+    [
+        (_index_copy_out_of_range_into_an_input_requiring_grad, [-9, 2, 3], (3, 5)),
+        (_index_copy_negative_index_into_a_view_requiring_grad, [-1, 0], (7, 2)),
+    ],
+    ids=["out_of_range", "negative_into_a_view"],
+)
+def test_bad_index_where_a_gradient_flows_raises_like_eager(fn, index, source_shape):
+    # These writes leave the Thunder segment where a gradient flows; compiled by Inductor, index_copy_ raised
+    #   its kernel's bounds error (out_of_range) or wrote at index -1 without an error (negative_into_a_view),
+    #   where eager (and stock) raise IndexError. Their segment runs as eager PyTorch (fuzz seeds 100127, 100143).
+    def inputs():
+        leaf = torch.randn(7, 5, generator=torch.Generator().manual_seed(0)).requires_grad_()
+        source = torch.randn(source_shape, generator=torch.Generator().manual_seed(1)).requires_grad_()
+        return leaf.clone(), torch.tensor(index), source
+
+    expected_args, actual_args = inputs(), inputs()
+    expected = _outcome(lambda: fn(*expected_args))
+    assert isinstance(expected, IndexError)
+    compiled, backend = _thunderfx(fn)
+    actual = _outcome(lambda: compiled(*actual_args))
+    assert type(actual) is type(expected), repr(actual)
+    assert torch.equal(actual_args[0], expected_args[0])
+    assert "ALIASED_WRITE_UNDER_GRAD" in _split_reasons(backend)
+
+
+def _read_before_a_masked_write_into_a_view_requiring_grad(base, mask, values):
+    buf = base.transpose(0, 1)
+    before = buf[1].clone()
+    buf[mask] = values
+    return (before,)
+
+
+def test_segment_that_runs_eagerly_returns_what_eager_returns():
+    # Inductor's segment returned the output tuple's tensor inside a list (fuzz seed 100047).
+    def inputs():
+        g = torch.Generator().manual_seed(0)
+        leaf = torch.randint(-4, 5, (5, 2, 4), generator=g).float().requires_grad_()
+        mask = torch.rand(2, 5, 4, generator=g) < 0.5
+        values = torch.randn(int(mask.sum()), generator=g).requires_grad_()
+        return leaf, (leaf.clone(), mask, values)
+
+    expected_leaf, expected_args = inputs()
+    actual_leaf, actual_args = inputs()
+    expected = _read_before_a_masked_write_into_a_view_requiring_grad(*expected_args)
+    compiled, backend = _thunderfx(_read_before_a_masked_write_into_a_view_requiring_grad)
+    actual = compiled(*actual_args)
+    assert type(actual) is tuple and len(actual) == 1, type(actual)
+    assert torch.equal(actual[0], expected[0]) and torch.equal(actual_args[0], expected_args[0])
+    (expected_grad,) = torch.autograd.grad(expected[0].sum(), expected_leaf)
+    (actual_grad,) = torch.autograd.grad(actual[0].sum(), actual_leaf)
+    assert torch.equal(actual_grad, expected_grad)
+
+
 def test_write_into_a_view_where_a_gradient_flows_goes_to_inductor():
     x, v = torch.randn(4, 3, requires_grad=True), torch.randn(2, 3, requires_grad=True)
     expected = _write_through_view_where_a_gradient_flows(x, v)
