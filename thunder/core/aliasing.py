@@ -63,8 +63,10 @@ def written_tensors(bsym: BoundSymbol) -> tuple[TensorProxy, ...]:
     """The tensor arguments of ``bsym`` that it writes in place.
 
     ``prims.copy_(src, dst)`` writes ``dst``; a symbol tagged ``OpTags.IN_PLACE`` writes its first tensor
-    argument; a composite or a fusion writes those of its arguments that one of its subsymbols writes
-    (``ltorch.mul_`` is ``mul`` + ``copy_`` into its first argument; a fusion may hold several writes).
+    argument; a composite or a fusion writes those of its arguments that one of its subsymbols writes, or
+    writes an alias of made inside it (``ltorch.mul_`` is ``mul`` + ``copy_`` into its first argument; a
+    fusion may hold several writes, and the ``update_aliases`` before them: ``TorchCompile1(buf)`` holding
+    ``(t4,) = update_aliases((buf,)); copy_(t1, t4)`` writes ``buf``).
     """
     if bsym.sym.id in _COPY_IDS:
         args = _tensor_args(bsym)
@@ -74,13 +76,13 @@ def written_tensors(bsym: BoundSymbol) -> tuple[TensorProxy, ...]:
         return (args[0],) if args else ()
     if not bsym.subsymbols:
         return ()
+    inner_written = [t for sub in bsym.subsymbols for t in written_tensors(sub)]
+    if not inner_written:
+        return ()
+    inner = AliasSets(bsym.subsymbols)
+    written_storages = inner.storages(inner_written)
     args = {p.name: p for p in _tensor_args(bsym)}
-    written: dict[str, TensorProxy] = {}
-    for sub in bsym.subsymbols:
-        for t in written_tensors(sub):
-            if t.name in args:
-                written.setdefault(t.name, args[t.name])
-    return tuple(written.values())
+    return tuple(p for name, p in args.items() if inner.find(name) in written_storages)
 
 
 def writes_in_place(bsym: BoundSymbol) -> bool:
@@ -151,7 +153,9 @@ def storage_order_edges(bsyms: Sequence[BoundSymbol], alias_sets: AliasSets | No
     """Pairs ``(i, j)``, ``i < j``, of indices into ``bsyms`` whose order a reordering pass must keep
     although no data edge connects them: ``j`` writes a storage that ``i`` read (the read must see the old
     value) or wrote (the later write wins); ``j`` reads or writes a storage that ``i`` wrote without naming
-    ``i``'s output; and ``j`` is the return and ``i`` a write (a write nothing reads must still run).
+    ``i``'s output; ``i`` and ``j`` are consecutive writes, whatever they write (a write that raises on bad
+    input, as eager's ``scatter_add_`` does on a negative index, stops the writes after it: none of them may
+    run first); and ``j`` is the return and ``i`` a write (a write nothing reads must still run).
 
     The order of ``bsyms`` is the program's, which is correct by construction. Only the edges to the
     accesses since the previous write of a storage are listed; the rest follow by transitivity.
@@ -178,6 +182,8 @@ def storage_order_edges(bsyms: Sequence[BoundSymbol], alias_sets: AliasSets | No
         for storage in touched - written:
             reads_since_write.setdefault(storage, []).append(j)
         if written:
+            if writes:
+                edges.append((writes[-1], j))
             writes.append(j)
     return edges
 

@@ -29,9 +29,10 @@ tell the difference:
 * its result has the destination's shape, dtype and device and is used by the copy alone;
 * its other tensor arguments do not share the destination's storage (``x.mul_(x.flip(0))`` keeps the
   functional form: the in-place kernel would read elements it already wrote);
-* nothing between the op and the copy touches that storage, and nothing after the copy reads a name of it
-  from before the copy (the old value is dead: no read of it, no view of it read later, nothing saved
-  for a backward).
+* nothing between the op and the copy touches that storage or writes any other (the in-place op runs where
+  the op was, and writes keep their program order: one that raises stops the writes after it), and nothing
+  after the copy reads a name of it from before the copy (the old value is dead: no read of it, no view of
+  it read later, nothing saved for a backward).
 
 It runs only on a computation trace without a backward (the grad transform saves inputs of ops for the
 backward, and the in-place form would overwrite them).
@@ -43,7 +44,7 @@ import inspect
 from collections.abc import Callable
 
 from thunder.core import prims
-from thunder.core.aliasing import AliasSets
+from thunder.core.aliasing import AliasSets, writes_in_place
 from thunder.core.proxies import TensorProxy
 from thunder.core.symbol import BoundSymbol
 from thunder.core.trace import TraceCtx, from_trace, TraceProvenance
@@ -169,6 +170,8 @@ def run_elementwise_copies_in_place(trace: TraceCtx) -> TraceCtx:
         if any(alias_sets.find(p.name) == storage for p in op_args[1:]):
             continue
         if any(alias_sets.find(p.name) == storage for k in range(i + 1, j) for p in _tensors(bsyms[k])):
+            continue
+        if any(writes_in_place(bsyms[k]) for k in range(i + 1, j)):
             continue
         if _old_value_read_after(j, storage, copy.output.name, alias_sets, uses, defined_at):
             continue
