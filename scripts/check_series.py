@@ -149,12 +149,12 @@ def check_tree(label: str, tree: Path, selected, base: patchset.Base) -> tuple[b
     return ok, text, counts
 
 
-def check_prefixes(upto: int | None) -> tuple[int, int]:
+def check_prefixes(upto: int | None, first: int = 1) -> tuple[int, int]:
     base = patchset.get_base(patchset.DEFAULT_BASE)
     n = len(patchset.read_series())
     last = n if upto is None else min(upto, n)
     good = 0
-    for k in range(1, last + 1):
+    for k in range(first, last + 1):
         t0 = time.monotonic()
         selected = patchset.resolved_series(base, k)
         name = selected[-1][0].name
@@ -167,7 +167,7 @@ def check_prefixes(upto: int | None) -> tuple[int, int]:
         ok, text, _ = check_tree(label, tree, selected, base)
         good += ok
         print(f"{base.key} prefix {k}/{n} {name[:40]}: {text} [{time.monotonic() - t0:.0f} s]", flush=True)
-    return good, last
+    return good, last - first + 1
 
 
 def check_pr_prefixes() -> tuple[int, int]:
@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=[patchset.DEFAULT_BASE, "main"], help="check one base only")
     parser.add_argument("--upto", type=int, help="0.2.6: check prefixes 1..N only")
+    parser.add_argument("--from", dest="first", type=int, default=1, help="0.2.6: start at prefix N")
     parser.add_argument("--no-pr-prefixes", action="store_true", help="main: only the whole series, not each PR's end")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments for the tests/ run on main")
     args = parser.parse_args(argv)
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parts, ok = [], True
     try:
         if args.only in (None, patchset.DEFAULT_BASE):
-            good, total = check_prefixes(args.upto)
+            good, total = check_prefixes(args.upto, args.first)
             ok &= good == total
             parts.append(f"{patchset.DEFAULT_BASE} prefixes {good}/{total} ok")
         if args.only in (None, "main") and not args.no_pr_prefixes:
