@@ -1480,12 +1480,14 @@ def _outcome(call):
         return e
 
 
-def _check_value_and_gradients_like_eager(fn, compiled):
+def _check_value_and_gradients_like_eager(fn, compiled, arguments=lambda x, w, buf: (x, w, buf)):
+    """``compiled(*arguments(x, w, buf))`` against eager's ``fn(x, w, buf)``: value, ``buf`` and the gradients
+    of ``x`` and ``w``."""
     x, w, buf = _view_inputs()
     expected = fn(x, w, buf)
     expected_grads = torch.autograd.grad(expected, (x, w), torch.ones_like(expected))
     cx, cw, cbuf = _view_inputs()
-    actual = _outcome(lambda: compiled(cx, cw, cbuf))
+    actual = _outcome(lambda: compiled(*arguments(cx, cw, cbuf)))
     assert not isinstance(actual, Exception), f"eager runs it; compiled raised {actual!r}"
     assert torch.equal(actual, expected) and torch.equal(cbuf, buf)
     # allow_unused: a dropped gradient shows as a None mismatch, not as an autograd error
@@ -1633,28 +1635,52 @@ def test_views_that_cannot_be_made_again_raise_where_a_gradient_flows():
         assert torch.equal(y, ey)
 
 
-def _aliased_inputs_read_before_the_write(y, v, w):
+def _aliased_inputs_read_before_the_write(x, w, buf):
+    y = x * 1
+    return _aliased_arguments_read_before_the_write(y, y[1:], w)
+
+
+def _aliased_arguments_read_before_the_write(y, v, w):
     s = v.sum()
     y[1] = w
     return s + (y * y).sum()
 
 
-def _input_requiring_grad_with_a_view_read_after_the_write(y, w):
+def _argument_requiring_grad_with_a_view_read_after_the_write(y, w):
     v = y[1:]
     y[1] = w
     return (v * v).sum()
 
 
-def test_write_into_an_argument_requiring_grad_with_aliases_raises():
-    # Thunder's gradient of a write into an argument that requires grad misses the write. Stock thunder raised
-    #   for these (RuntimeError; AssertionError for the second); the series gave the first a wrong gradient,
-    #   silently (x got none). The view made again (the second) would be wrong the same way.
-    x, w, _ = _view_inputs()
-    y = x * 1
-    with pytest.raises(NotImplementedError, match="gradient would be wrong"):
-        thunder.jit(_aliased_inputs_read_before_the_write)(y, y[1:], w)
-    with pytest.raises(NotImplementedError, match="gradient would be wrong"):
-        thunder.jit(_input_requiring_grad_with_a_view_read_after_the_write)(x * 1, w)
+def _argument_requiring_grad_read_after_a_write_through_its_view(y, w):
+    v = y[1:]
+    v[0] = w
+    return (v * v).sum() + (y * 3).sum()
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [_argument_requiring_grad_with_a_view_read_after_the_write, _argument_requiring_grad_read_after_a_write_through_its_view],
+    ids=lambda fn: fn.__name__.strip("_"),
+)
+def test_write_into_an_argument_requiring_grad_with_views_like_eager(fn):
+    # The argument's gradient is that of the tensor passed in, and the view is made again from the written
+    #   one. Stock thunder raised AssertionError for the first and eager's leaf error for the second (it wrote
+    #   into the caller's leaf); the series raised NotImplementedError ("gradient would be wrong").
+    def through_a_non_leaf(x, w, buf):
+        return fn(x * 1, w)
+
+    _check_value_and_gradients_like_eager(through_a_non_leaf, thunder.jit(fn), lambda x, w, buf: (x * 1, w))
+
+
+def test_write_into_an_argument_requiring_grad_aliased_by_another_read_before_like_eager():
+    # Two arguments that share storage, the view read only before the write: eager's value and gradients.
+    #   Stock thunder raised RuntimeError (a reshape of the wrong size); the series raised NotImplementedError.
+    _check_value_and_gradients_like_eager(
+        _aliased_inputs_read_before_the_write,
+        thunder.jit(_aliased_arguments_read_before_the_write),
+        lambda x, w, buf: ((y := x * 1), y[1:], w),
+    )
 
 
 def _leaf_read_after_a_write_through_its_view(x, w):

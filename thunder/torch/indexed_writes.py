@@ -286,16 +286,12 @@ class _ViewRebaser:
         # The names of the input trace whose reads read a tensor now (its own name until it is replaced)
         self.stands_for: dict[str, set[str]] = {}
         # Arguments that share storage at run time: roots of one storage, with no view relation known
-        self.aliased_storages: set[int] = set()
         for indices in alias_tensor_indices:
             group = [flat_args[i] for i in indices if i < len(flat_args) and isinstance(flat_args[i], TensorProxy)]
             if len(group) > 1:
                 storage = self._new_storage()
-                self.aliased_storages.add(storage)
                 for p in group:
                     self.aliases[p.name] = _Alias(storage)
-        self.arguments = {p.name for p in flat_args if isinstance(p, TensorProxy)}
-        self.arguments_requiring_grad = {p.name for p in flat_args if isinstance(p, TensorProxy) and p.requires_grad}
 
     def _register(self, proxies) -> None:
         for p in proxies:
@@ -421,7 +417,6 @@ class _ViewRebaser:
         ]
         for n in live:
             self._check_view_chain(write, n, None, written=False)
-        self._check_no_aliased_argument_requiring_grad(write, storage, live)
         below = [n for n in live if dest.name in self._ancestry(n)]
         elsewhere = [n for n in live if n not in below]
         if not elsewhere:
@@ -456,27 +451,6 @@ class _ViewRebaser:
         if self._read_after(dest.name, i):
             again.append(dest.name)
         self._make_again(top, written_top, again)
-
-    def _check_no_aliased_argument_requiring_grad(self, write: BoundSymbol, storage: int, live: list[str]) -> None:
-        """Raises where the written storage is that of an argument requiring grad and has other aliases: another
-        argument, or a view made here and read after the write. Thunder's gradient of a write into such an argument
-        misses the write (thunder 0.2.6 raised an internal error for these); where only the argument itself is read
-        later, it is left as thunder 0.2.6 leaves it (PyTorch's error at run time for a leaf)."""
-        grad_args = [n for n, a in self.aliases.items() if a.storage == storage and n in self.arguments_requiring_grad]
-        views = [n for n in live if n not in self.arguments]
-        if not grad_args or (storage not in self.aliased_storages and not views):
-            return
-        why = (
-            "which shares storage with another argument"
-            if storage in self.aliased_storages
-            else (f"whose view {views[0]} is read after the write")
-        )
-        raise NotImplementedError(
-            f"{write.sym.name}: an in-place write where a gradient may flow into the argument {grad_args[0]}, which "
-            f"requires grad, {why}, is not supported: its gradient would be wrong (PyTorch refuses any in-place write "
-            "into a leaf that requires grad). Pass a tensor that does not require grad, or a clone, or run under "
-            "torch.no_grad()"
-        )
 
     def _lowest_common_ancestor(self, write: BoundSymbol, name: str, others: list[str]) -> str:
         shared = [set(self._ancestry(n)) for n in others]
