@@ -259,10 +259,20 @@ def export(base: Base | str = DEFAULT_BASE) -> None:
         (ROOT / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(repo / rel, ROOT / rel)
     assign_added_files(read_series())  # the series just written claims every file once
+    _record_overlay(repo)
     _rename_variants(entries, old_patch_names)
     n_empty = sum(not has_diff(PATCHES / e.name) for e in entries)
     empty = f" ({n_empty} of them only add files)" if n_empty else ""
     print(f"patchset: exported {len(entries)} patches{empty} and {len(added_final)} added files")
+
+
+def _record_overlay(repo: Path) -> None:
+    """thunder/ now holds what this export wrote: a later export from the same repository may overwrite it."""
+    state_file = _state_path(repo)
+    if state_file.exists():
+        state = json.loads(state_file.read_text())
+        state["overlay"] = {rel: sha256_of(ROOT / rel) for rel in overlay_files()}
+        state_file.write_text(json.dumps(state))
 
 
 def _rename_variants(entries: list[Entry], old_names: set[str]) -> None:

@@ -1413,6 +1413,12 @@ def _base_read_after_a_write_through_a_transposed_view(x, w, buf):
     return (y * y).sum()
 
 
+def _base_read_after_index_copy_through_narrow_and_swapaxes(x, w, buf):
+    y = x * 1
+    y.narrow(0, 1, 2).swapaxes(0, 1).index_copy_(1, tensor_([1]), w[:, None] * 2)
+    return (y * y).sum()
+
+
 def _base_read_after_index_copy_into_a_view(x, w, buf):
     y = x * 1
     y[1:].index_copy_(0, tensor_([1]), w[None])
@@ -1520,6 +1526,7 @@ FIXED_VIEW_GRAD_CASES = [
     _base_read_after_a_write_through_a_slice,
     _base_read_after_a_write_through_a_flat_view,
     _base_read_after_a_write_through_a_transposed_view,
+    _base_read_after_index_copy_through_narrow_and_swapaxes,  # the series raised: narrow, swapaxes not known
     _base_read_after_index_copy_into_a_view,
     _base_and_view_read_after_a_write_through_the_view,
     _overlapping_view_read_after_a_write_through_another,

@@ -241,8 +241,12 @@ def _position_preserving_view_ops() -> set:
         ltorch.unflatten,
         ltorch.permute,
         ltorch.transpose,
+        ltorch.swapaxes,
+        ltorch.swapdims,
         ltorch.t,
         ltorch.movedim,
+        ltorch.moveaxis,
+        ltorch.narrow,
         ltorch.diagonal,
         prims.shallow_copy,
         *ltorch._syms_that_may_return_views,  # only those classified _VIEW (a shallow copy) reach here
