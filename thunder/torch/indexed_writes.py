@@ -253,7 +253,17 @@ def _position_preserving_view_ops() -> set:
     }
 
 
+def _metadata_only_ops() -> set:
+    """Ops that read only the shape, dtype and device of their tensor argument: no value, and no gradient."""
+    import thunder.torch as ltorch
+
+    names = ("empty_like", "full_like", "ones_like", "rand_like", "randint_like", "randn_like", "zeros_like")
+    return {getattr(ltorch, name) for name in names if hasattr(ltorch, name)}
+
+
 def _reads(bsym: BoundSymbol) -> list[TensorProxy]:
+    if bsym.sym in _metadata_only_ops():
+        return []
     if bsym.sym.id == prims.PrimIDs.RETURN and bsym.args and isinstance(bsym.args[0], dict):
         # thunder.jit returns the arguments ("flat_args") for its alias bookkeeping: not a read of them
         returned = {k: v for k, v in bsym.args[0].items() if k != "flat_args"}
