@@ -12,7 +12,8 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" || exit 1
   wheel=$(ls /opt/wheels/torch-"$version"+cpu-*.whl 2>/dev/null | head -1)
   "$venv/bin/pip" install --quiet --disable-pip-version-check "${wheel:-torch==$version}" || exit 1
-  grep -v '^torch==' requirements.lock > "$venv/requirements.txt"
+  # torch's own dependencies (its CUDA libraries, triton) are pinned for the lock's torch: leave them to this one
+  grep -v -E '^(torch|triton|nvidia-[a-z0-9-]+)==' requirements.lock > "$venv/requirements.txt"
   "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$venv/requirements.txt" || exit 1
 fi
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -138,8 +138,8 @@ def _tree_digest(root: Path) -> dict[str, str]:
     }
 
 
-def test_edit_export_round_trip(tmp_path):
-    """make edit + make export with no change in between rewrites nothing, on 0.2.6 and on main."""
+def _repository_copy(tmp_path) -> Path:
+    """scripts/, patches/, thunder/ and the base wheel, copied: edit and export run there."""
     wheel = REPO / ".cache" / "base" / patchset.BASE_PIN["wheel"]
     if not wheel.exists():
         pytest.skip("the base wheel is not in .cache/ (run make setup)")
@@ -148,6 +148,34 @@ def test_edit_export_round_trip(tmp_path):
         shutil.copytree(REPO / top, repo / top, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (repo / ".cache" / "base").mkdir(parents=True)
     shutil.copy2(wheel, repo / ".cache" / "base" / wheel.name)
+    return repo
+
+
+def test_second_export_from_one_edit_repository(tmp_path):
+    """Export records what it writes to thunder/: a second commit and export from the same build/edit
+    is not refused as a change made in thunder/ by hand (it was, until this was recorded)."""
+    repo = _repository_copy(tmp_path)
+    script = [sys.executable, str(repo / "scripts" / "patchset.py")]
+    run = lambda *args: subprocess.run([*script, *args], cwd=repo, capture_output=True, text=True)  # noqa: E731
+    proc = run("edit", "--base", patchset.DEFAULT_BASE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    edit = repo / "build" / "edit"
+    added = edit / "thunder" / "examine" / "full_size_copies.py"
+    for line in ("# first change\n", "# second change\n"):
+        added.write_text(added.read_text() + line)
+        subprocess.run(["git", "commit", "-q", "-am", "a change"], cwd=edit, check=True)
+        proc = run("export", "--base", patchset.DEFAULT_BASE)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert (repo / "thunder" / "examine" / "full_size_copies.py").read_text().endswith(line)
+    # A change made in thunder/ by hand after that is still refused
+    (repo / "thunder" / "examine" / "full_size_copies.py").write_text("# by hand\n")
+    proc = run("export", "--base", patchset.DEFAULT_BASE)
+    assert proc.returncode != 0 and "changed after edit" in proc.stdout + proc.stderr
+
+
+def test_edit_export_round_trip(tmp_path):
+    """make edit + make export with no change in between rewrites nothing, on 0.2.6 and on main."""
+    repo = _repository_copy(tmp_path)
     tarball = (REPO / patchset.MAIN_PIN["tarball"]).resolve()
     if tarball.exists():
         (repo / patchset.MAIN_PIN["tarball"]).resolve().parent.mkdir(parents=True, exist_ok=True)

@@ -1667,7 +1667,10 @@ def _argument_requiring_grad_read_after_a_write_through_its_view(y, w):
 
 @pytest.mark.parametrize(
     "fn",
-    [_argument_requiring_grad_with_a_view_read_after_the_write, _argument_requiring_grad_read_after_a_write_through_its_view],
+    [
+        _argument_requiring_grad_with_a_view_read_after_the_write,
+        _argument_requiring_grad_read_after_a_write_through_its_view,
+    ],
     ids=lambda fn: fn.__name__.strip("_"),
 )
 def test_write_into_an_argument_requiring_grad_with_views_like_eager(fn):
