@@ -8,6 +8,7 @@ eager raises and leave the buffer unchanged. Where a gradient may flow the funct
 and gradients match eager's.
 """
 
+import re
 import warnings
 
 warnings.filterwarnings("ignore", message="The 'symbolic values' cache option")
@@ -527,6 +528,9 @@ def _z(*shape, dtype=torch.float32):
 
 _MASK = tensor_([True, True, False, True])
 _IDX = tensor_([[0, 1, 2]])
+# The outcome (value or exception and message) eager has on the torch the test runs with: it changed between releases
+_AS_EAGER_ON_THIS_TORCH = object()
+
 _LIKE_EAGER_CASES = {
     # index_fill: negative indices count from the end; out of range and bad dtypes raise eager's errors
     "index_fill_neg": (lambda b, i: torch.index_fill(b, 0, i, 5.0), lambda: (_z(4, 3), tensor_([-1, 1])), None),
@@ -632,12 +636,12 @@ _LIKE_EAGER_CASES = {
     "scatter_reduce_float_index": (
         lambda b, i, s: torch.scatter_reduce(b, 0, i, s, "sum"),
         lambda: (_z(4, 3), _IDX.float(), torch.ones(1, 3)),
-        (RuntimeError, "Expected dtype int32/int64 for index"),
+        _AS_EAGER_ON_THIS_TORCH,
     ),
     "scatter_reduce_int32_index": (
         lambda b, i, s: torch.scatter_reduce(b, 0, i, s, "mean", include_self=False),
         lambda: (_z(4, 3), _IDX.int(), torch.ones(1, 3)),
-        None,
+        _AS_EAGER_ON_THIS_TORCH,  # torch 2.7.1 rejects an int32 index, 2.9 accepts it
     ),
     "scatter_reduce_index_too_large": (
         lambda b, i, s: torch.scatter_reduce(b, 0, i, s, "sum"),
@@ -779,6 +783,10 @@ _LIKE_EAGER_CASES = {
 def test_bad_and_edge_inputs_like_eager(case):
     fn, make_args, error = _LIKE_EAGER_CASES[case]
     eager_args, jit_args = make_args(), make_args()
+    if error is _AS_EAGER_ON_THIS_TORCH:
+        eager_error = _outcome(lambda: fn(*eager_args))
+        error = (type(eager_error), re.escape(str(eager_error))) if isinstance(eager_error, Exception) else None
+        eager_args = make_args()
     if error is None:
         expected = fn(*eager_args)
         assert_same(expected, thunder.jit(fn)(*jit_args))

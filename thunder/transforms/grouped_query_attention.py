@@ -13,7 +13,7 @@ reads the grouped heads. ``thunder.jit`` runs it before the alias pass (which wo
 repeated copies among the cache's aliases) as its compile option ``grouped_query_attention`` chooses:
 
 ``"sdpa"`` (the default)
-    ``scaled_dot_product_attention(q, repeat(k), repeat(v), mask, ...)`` on CPU becomes
+    ``scaled_dot_product_attention(q, repeat(k), repeat(v), mask, ...)`` on CPU (PyTorch 2.9 and later) becomes
     ``scaled_dot_product_attention(q, k, v, mask, ..., enable_gqa=True)``. PyTorch's CPU kernel reads key/value
     head ``h // n_rep`` for query head ``h`` with the same blocking, so the result is bitwise the attention
     over the repeated heads (eager's); the query, the mask and ``is_causal`` are passed as they are, and no
@@ -106,8 +106,10 @@ _str_to_grouped_query_attention_options_map: dict[str, GROUPED_QUERY_ATTENTION_O
 }
 _DEFAULT_OPTION = "sdpa"
 
-# torch.nn.functional.scaled_dot_product_attention has enable_gqa from PyTorch 2.5.
-_TORCH_HAS_ENABLE_GQA = LooseVersion(torch.__version__.split("+")[0]) >= LooseVersion("2.5")
+# scaled_dot_product_attention has enable_gqa from PyTorch 2.5, but its CPU kernel gives the bits of the
+#   repeated heads only from 2.9 (2.7.1 and 2.8.0 differ in the last bits, and 2.7.1 grew the peak memory by
+#   more than the repeats): before 2.9, attention on CPU is left as it is.
+CPU_ENABLE_GQA_IS_BITWISE = LooseVersion(torch.__version__.split("+")[0]) >= LooseVersion("2.9")
 
 
 def resolve_grouped_query_attention_option(x: Any, /) -> GROUPED_QUERY_ATTENTION_OPTIONS:
@@ -275,10 +277,10 @@ def _sdpa_rewrite(bsym: BoundSymbol, producers: dict[str, BoundSymbol], fold: bo
     # Dropout stays on the path it was on; with enable_gqa already set there is no repeat to remove.
     if args["dropout_p"] != 0 or args["enable_gqa"] is not False:
         return None
-    to_enable_gqa = (
-        _TORCH_HAS_ENABLE_GQA and isinstance(query, TensorProxy) and query.device.devicetype is devices.DeviceType.CPU
-    )
-    if not to_enable_gqa and not (fold and args["is_causal"] is False and _mask_folds(attn_mask)):
+    on_cpu = isinstance(query, TensorProxy) and query.device.devicetype is devices.DeviceType.CPU
+    to_enable_gqa = on_cpu and CPU_ENABLE_GQA_IS_BITWISE
+    # "fold" rewrites scaled_dot_product_attention off CPU only (see the module docstring)
+    if not to_enable_gqa and not (fold and not on_cpu and args["is_causal"] is False and _mask_folds(attn_mask)):
         return None
     key_repeat, value_repeat = _find_repeat(key, producers), _find_repeat(value, producers)
     if key_repeat is None or value_repeat is None or not _query_matches(query, key_repeat.grouped, key):
