@@ -31,7 +31,7 @@ def _write_then_read_view(x, v):
 
 # Writes where a gradient flows into a storage that has views. Each program takes x (4, 3) and w (3,),
 #   which require grad, and buf (4, 3), which does not: an input buffer written with w.
-def _views_read_before_the_write(x, w, buf):  # the maintainer's review
+def _views_read_before_the_write(x, w, buf):
     y = x * 1
     s = y.view(-1).sum()
     y[0] = w
@@ -219,8 +219,8 @@ def _check_value_and_gradients_like_eager(fn, compiled, arguments=lambda x, w, b
     torch.testing.assert_close(actual_grads, expected_grads)
 
 
-# Stock thunder 0.2.6 gets these right (kept behaviour); the series raised NotImplementedError for them
-#   ("gradient would be wrong") because the destination has views, though none is read after the write.
+# Stock thunder 0.2.6 gets these right: the destination has views, but none is read after the write (kept
+#   behaviour; the pass must leave them alone).
 KEPT_VIEW_GRAD_CASES = [
     _views_read_before_the_write,
     _row_read_before_index_copy,
@@ -233,7 +233,7 @@ KEPT_VIEW_GRAD_CASES = [
     _separate_view_read_after_a_write_through_another,
 ]
 # Stock thunder 0.2.6 gave these a wrong gradient, silently (a view read after the write kept the gradient
-#   of the elements before it; the written values got none); the series raised NotImplementedError.
+#   of the elements before it; the written values got none).
 FIXED_VIEW_GRAD_CASES = [
     _view_read_after_the_write,
     _view_read_before_and_after_the_write,
@@ -266,7 +266,7 @@ def test_gradient_of_views_read_after_a_write_like_eager(fn):
 
 @pytest.mark.parametrize("fn", [_write_through_view, _write_then_read_view], ids=["through_view", "base_with_view"])
 def test_gradient_of_intermediate_views_written_like_eager(fn):
-    # The series raised NotImplementedError here; stock gave the written values no gradient.
+    # Stock gave the written values no gradient.
     x, v, _ = _grad_inputs()
     expected = fn(x, v)
     expected_grads = torch.autograd.grad(expected, (x, v), torch.ones_like(expected))
@@ -321,7 +321,7 @@ def _write_into_a_split_view(x, w, buf):
 )
 def test_write_changing_views_of_split_or_unbind_raises_like_eager(fn):
     # Eager refuses a view made by a function returning several views once its storage is written where a
-    #   gradient flows; stock thunder ran it (the series raised NotImplementedError).
+    #   gradient flows; stock thunder ran it.
     with pytest.raises(RuntimeError, match="returns multiple views"):
         torch.autograd.grad(fn(*_view_inputs()), _view_inputs()[:2], allow_unused=True)
     with pytest.raises(RuntimeError, match="returns multiple views"):
@@ -394,7 +394,7 @@ def _argument_requiring_grad_read_after_a_write_through_its_view(y, w):
 def test_write_into_an_argument_requiring_grad_with_views_like_eager(fn):
     # The argument's gradient is that of the tensor passed in, and the view is made again from the written
     #   one. Stock thunder raised AssertionError for the first and eager's leaf error for the second (it wrote
-    #   into the caller's leaf); the series raised NotImplementedError ("gradient would be wrong").
+    #   into the caller's leaf).
     def through_a_non_leaf(x, w, buf):
         return fn(x * 1, w)
 
@@ -412,8 +412,8 @@ def _aliased_inputs_shape_read_after_the_write(x, w, buf):
 
 
 def test_write_into_an_argument_aliased_by_another_whose_shape_is_read_after_like_eager():
-    # zeros_like reads only the shape of the other argument: no value, so nothing to make again. The series
-    #   raised NotImplementedError (arguments that share storage, one read after a write into the other).
+    # zeros_like reads only the shape of the other argument: no value, so nothing to make again. Counted as
+    #   a read it would raise NotImplementedError (arguments that share storage, one read after a write into the other).
     _check_value_and_gradients_like_eager(
         _aliased_inputs_shape_read_after_the_write,
         thunder.jit(_aliased_arguments_shape_read_after_the_write),
@@ -423,7 +423,7 @@ def test_write_into_an_argument_aliased_by_another_whose_shape_is_read_after_lik
 
 def test_write_into_an_argument_requiring_grad_aliased_by_another_read_before_like_eager():
     # Two arguments that share storage, the view read only before the write: eager's value and gradients.
-    #   Stock thunder raised RuntimeError (a reshape of the wrong size); the series raised NotImplementedError.
+    #   Stock thunder raised RuntimeError (a reshape of the wrong size).
     _check_value_and_gradients_like_eager(
         _aliased_inputs_read_before_the_write,
         thunder.jit(_aliased_arguments_read_before_the_write),
