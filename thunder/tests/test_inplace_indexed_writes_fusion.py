@@ -23,7 +23,7 @@ from thunder.tests.framework import (
     nvFuserExecutor,
     nvFuserStandinExecutor,
 )
-from thunder.tests.test_inplace_indexed_writes import _CASES
+from thunder.tests.test_inplace_indexed_writes import _CASES, _outcome
 
 # nvFuser is None where it is not installed (@instantiate skips it); the stand-in runs on the CPU only.
 NVFUSER_EXECUTORS = (nvFuserExecutor, nvFuserStandinExecutor)
@@ -134,6 +134,32 @@ def test_write_into_a_clone_leaves_the_input_alone(executor, device, _):
 
     args = (torch.randn(5, 2), torch.tensor([0, 3]), torch.randn(2, 2))
     _check_like_eager(executor, f, tuple(a.to(device) for a in args))
+
+
+@instantiate(executors=ALL_FUSION_EXECUTORS, dtypes=NOTHING)
+def test_write_refused_under_grad_raises_after_the_statements_before_it(executor, device, _):
+    """A write where a gradient flows that thunder.jit cannot make right (``y`` and ``v`` share storage, ``v`` is
+    read after a write into ``y``) raises when the computation reaches it: fused or not, an index error of a
+    write before it comes first, as in eager, and ``y`` is left as it was."""
+
+    def f(y, v, w, i):
+        z = (y * 2).sin()
+        z.index_copy_(0, i, w[None])
+        y[1] = w
+        return (v * 2).sum() + z.sum()
+
+    x = torch.randn(4, 3, device=device, requires_grad=True)
+    w = torch.randn(3, device=device, requires_grad=True)
+    # A CUDA kernel's index error is an asynchronous device assert, not eager's IndexError; Inductor's index_copy
+    #   takes -1 as the last row (torch.compile's own behaviour, stock's too).
+    eager_index_checks = device == "cpu" and executor is not TorchCompileExecutor
+    cases = [(3, NotImplementedError)] + ([(-1, IndexError)] if eager_index_checks else [])
+    for index, error in cases:
+        y = x * 1
+        before = y.detach().clone()
+        raised = _outcome(lambda: executor.make_callable(f)(y, y[1:], w, torch.tensor([index], device=device)))
+        assert type(raised) is error, f"index {index}: eager's outcome is {error.__name__}, got {raised!r}"
+        assert torch.equal(y.detach(), before)
 
 
 @pytest.mark.skipif(nvFuserExecutor is None, reason="needs nvFuser on CUDA")

@@ -30,9 +30,9 @@ from thunder.core import dtypes
 import thunder.core.prims as prims
 from thunder.core.compile_data import get_compile_data, get_compile_option
 from thunder.core.options import INPLACE_INDEXED_WRITES_OPTIONS, resolve_inplace_indexed_writes_option
-from thunder.core.proxies import IntegerProxy, ProxyTag, TensorProxy, variableify
+from thunder.core.proxies import IntegerProxy, Proxy, ProxyTag, TensorProxy, variableify
 from thunder.core.pytree import tree_flatten
-from thunder.core.symbol import BoundSymbol
+from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, get_tracectx, tracectx
 from thunder.core.update_aliases import _is_inplace_op, _is_view_creation_op
 
@@ -273,6 +273,44 @@ def _reads(bsym: BoundSymbol) -> list[TensorProxy]:
     return [p for p in flat if isinstance(p, TensorProxy)]
 
 
+class _WriteRefused(Exception):
+    """A differentiable write the rebaser cannot make right; ``error`` is what the program raises when it
+    gets there."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+_REFUSAL_ERRORS = {cls.__name__: cls for cls in (NotImplementedError, RuntimeError)}
+
+
+def _raise_when_reached_meta(error_type: str, message: str, reached: tuple, made: tuple, /) -> tuple:
+    return tuple(TensorProxy(shape=shape, device=device, dtype=dtype) for shape, device, dtype in made)
+
+
+def raise_when_reached_impl(error_type: str, message: str, reached: tuple, made: tuple, /) -> tuple:
+    raise _REFUSAL_ERRORS[error_type](message)
+
+
+# Raises ``error_type(message)`` when the computation reaches it: a computation whose differentiable write cannot
+#   be made right ends in it (see _ViewRebaser._end_with_raise). Eager reaches such a write only after the
+#   statements before it, and one of those may raise first (an index out of range); raised at trace time, the
+#   refusal replaced that error. ``reached`` holds every tensor made before it, so that it runs after what makes
+#   them whatever a fusion pass reorders; it stands for the outputs made after it (``made``: their shapes, devices
+#   and dtypes), so the return needs it and it stays in the forward of a grad split. No gradient flows through it (it is in
+#   nondifferentiable_vjp_symbols, thunder/torch/__init__.py).
+raise_when_reached = Symbol(
+    name="raise_when_reached",
+    id="thunder.torch.indexed_writes.raise_when_reached",
+    meta=_raise_when_reached_meta,
+    is_prim=True,
+    tags=[prims.OpTags.DONT_DCE],
+    python_impl=raise_when_reached_impl,
+    _print_as_impl=True,
+)
+
+
 class _ViewRebaser:
     def __init__(self, trace: TraceCtx, alias_tensor_indices: list[list[int]]):
         import thunder.torch as ltorch
@@ -386,10 +424,15 @@ class _ViewRebaser:
         )
 
     def run(self) -> TraceCtx:
-        for i, bsym in enumerate(self.trace.bound_symbols):
+        bsyms = self.trace.bound_symbols
+        for i, bsym in enumerate(bsyms):
             bsym = bsym.from_bsym_swap_proxies(self.swap)
             if self._is_differentiable_write(bsym):
-                self._write(i, bsym)
+                try:
+                    self._write(i, bsym)
+                except _WriteRefused as refused:
+                    self._end_with_raise(refused.error, bsyms[-1].from_bsym_swap_proxies(self.swap))
+                    break
             else:
                 self._emit([bsym])
                 self._record(bsym)
@@ -398,6 +441,50 @@ class _ViewRebaser:
         self.new_trace.bound_symbols = self.bsyms
         self.new_trace.set_provenance(TraceProvenance("Rebase views read after differentiable in-place writes"))
         return self.new_trace
+
+    def _end_with_raise(self, error: Exception, ret: BoundSymbol) -> None:
+        """Ends the computation at the refused write: raise_when_reached stands for the outputs the rest would
+        make, and the return returns them. Before (``y`` and ``v`` arguments sharing storage, ``v`` read after a
+        write into ``y`` where a gradient flows)::
+
+            z = ltorch.clone(y, memory_format=_torch_memory_format_0)
+            t1 = ltorch.getitem(w, None)
+            t3 = ltorch.index_copy_(z, 0, i, t1)  # may raise eager's IndexError
+            t5 = ltorch.setitem_(y, 1, w)
+            t6 = ltorch.mul(v, 2)
+            ...
+            t12 = ltorch.add(t9, t11, alpha=1)  # t12: "cpu f32[]"
+            return {'output': (t12,), 'flat_args': [y, v, w, i]}
+
+        After::
+
+            z = ltorch.clone(y, memory_format=_torch_memory_format_0)
+            t1 = ltorch.getitem(w, None)
+            t3 = ltorch.index_copy_(z, 0, i, t1)
+            (t14,) = thunder.torch.indexed_writes.raise_when_reached_impl('NotImplementedError', 'setitem_: an
+              in-place write into y ...', (y, v, w, i, z, t1, t3), (((), devices.Device("cpu"), dtypes.float32),))
+            return {'output': (t14,), 'flat_args': [y, v, w, i]}
+        """
+        assert ret.sym.id == prims.PrimIDs.RETURN
+        made_before = {p.name for p in tree_flatten((self.trace.args, self.trace.kwargs))[0] if isinstance(p, Proxy)}
+        made_before.update(p.name for bsym in self.bsyms for p in bsym.flat_proxy_outs)
+        made_after = list({p.name: p for p in ret.flat_proxy_args if p.name not in made_before}.values())
+        if not made_after or not all(
+            isinstance(p, TensorProxy) and all(not isinstance(n, Proxy) or n.name in made_before for n in p.shape)
+            for p in made_after
+        ):
+            # Nothing of the rest would need it, or it cannot stand for what it makes (a number, or a shape made
+            #   later): refuse while tracing.
+            raise error
+        reached = [p for bsym in self.bsyms for p in bsym.flat_proxy_outs if isinstance(p, TensorProxy)]
+        with tracectx(self.new_trace):
+            self.new_trace.push_scope([])
+            like = tuple((tuple(p.shape), p.device, p.dtype) for p in made_after)
+            made = raise_when_reached(type(error).__name__, str(error), tuple(reached), like)
+            self._emit(self.new_trace.pop_scope())
+        swap = {variableify(p): m for p, m in zip(made_after, made)}
+        self._emit([ret.from_bsym_swap_proxies(swap)])
+        self.rebased = True
 
     def _check_view_chain(self, write: BoundSymbol, name: str, top: None | str, written: bool) -> None:
         """Raises where ``name`` cannot be made again from ``top`` (None: only eager's errors, up to the root)."""
@@ -408,18 +495,22 @@ class _ViewRebaser:
             if alias.view_op in _multi_output_view_ops():
                 # eager's error, at the write (written) or where the view is used after it
                 what = "is being" if written else "and its base or another view of its base has been"
-                raise RuntimeError(
-                    f"{write.sym.name}: output {alias.index} of {alias.view_op.name} is a view {what} modified "
-                    "inplace. This view is the output of a function that returns multiple views. Such functions do "
-                    "not allow the output views to be modified inplace. You should replace the inplace operation by "
-                    "an out-of-place one."
+                raise _WriteRefused(
+                    RuntimeError(
+                        f"{write.sym.name}: output {alias.index} of {alias.view_op.name} is a view {what} modified "
+                        "inplace. This view is the output of a function that returns multiple views. Such functions do "
+                        "not allow the output views to be modified inplace. You should replace the inplace operation by "
+                        "an out-of-place one."
+                    )
                 )
             if alias.kind != _VIEW and top is not None:
-                raise NotImplementedError(
-                    f"{write.sym.name}: {name} is read after an in-place write into {write.args[0].name} where a "
-                    f"gradient may flow, and {alias.view_op.name} made it, which returns a view or a copy depending on "
-                    "the strides: its gradient would be wrong. Make it with Tensor.view or Tensor.clone, or run under "
-                    "torch.no_grad()"
+                raise _WriteRefused(
+                    NotImplementedError(
+                        f"{write.sym.name}: {name} is read after an in-place write into {write.args[0].name} where a "
+                        f"gradient may flow, and {alias.view_op.name} made it, which returns a view or a copy depending on "
+                        "the strides: its gradient would be wrong. Make it with Tensor.view or Tensor.clone, or run under "
+                        "torch.no_grad()"
+                    )
                 )
 
     def _write(self, i: int, write: BoundSymbol) -> None:
@@ -448,10 +539,12 @@ class _ViewRebaser:
         for n in _below(self._ancestry(dest.name), top):
             alias = self.aliases[n]
             if alias.kind != _VIEW or alias.view_op not in _position_preserving_view_ops():
-                raise NotImplementedError(
-                    f"{write.sym.name}: {top} is read after an in-place write into its view {dest.name}, made by "
-                    f"{alias.view_op.name}, where a gradient may flow: its gradient would be wrong. Write into "
-                    f"{top} instead, or run under torch.no_grad()"
+                raise _WriteRefused(
+                    NotImplementedError(
+                        f"{write.sym.name}: {top} is read after an in-place write into its view {dest.name}, made by "
+                        f"{alias.view_op.name}, where a gradient may flow: its gradient would be wrong. Write into "
+                        f"{top} instead, or run under torch.no_grad()"
+                    )
                 )
         for n in live:
             self._check_view_chain(write, n, top, written=False)
@@ -471,10 +564,12 @@ class _ViewRebaser:
         for candidate in self._ancestry(name):
             if all(candidate in s for s in shared):
                 return candidate
-        raise NotImplementedError(
-            f"{write.sym.name}: an in-place write into {name} where a gradient may flow, with {others[0]} read after "
-            "it: they are arguments that share storage, and its gradient would be wrong. Pass one tensor and take the "
-            "other as a view of it inside the function, or run under torch.no_grad()"
+        raise _WriteRefused(
+            NotImplementedError(
+                f"{write.sym.name}: an in-place write into {name} where a gradient may flow, with {others[0]} read after "
+                "it: they are arguments that share storage, and its gradient would be wrong. Pass one tensor and take the "
+                "other as a view of it inside the function, or run under torch.no_grad()"
+            )
         )
 
     def _write_through(self, write: BoundSymbol, dest: str, top: TensorProxy) -> TensorProxy:
@@ -580,12 +675,13 @@ def rebase_views_after_differentiable_writes(trace: TraceCtx, alias_tensor_indic
         t13 = ltorch.copy_(y, t12)
         t4 = ltorch.mul(t13, t13)
 
-    Raises ``NotImplementedError`` where the views cannot be made again and the gradient would be wrong: a
-    view read after the write was made by an op that returns a view or a copy depending on strides
+    Where the views cannot be made again and the gradient would be wrong, the computation raises
+    ``NotImplementedError`` when it reaches the write (an error of a statement before it comes first, as in
+    eager): a view read after the write was made by an op that returns a view or a copy depending on strides
     (``reshape``, ``contiguous``), the written view is not a plain selection of the tensor read after
     (``expand``, ``unfold``, ``real``), or they are arguments that share storage. A write that changes views
     made by ``split``, ``chunk``, ``unbind`` or ``tensor_split`` which are used after it raises eager's
-    ``RuntimeError``. Writes where no gradient flows (the in-place prims) are left as they are.
+    ``RuntimeError`` the same way. Writes where no gradient flows (the in-place prims) are left as they are.
     """
     import thunder.torch as ltorch
 
