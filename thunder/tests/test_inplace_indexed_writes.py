@@ -1251,6 +1251,7 @@ _GRAD_WRITE_CASES = {
     "masked_scatter_": lambda x, v: _differentiable_base(x, v).masked_scatter_(x > 0, v.repeat(2, 1)),
     "scatter_": lambda x, v: _differentiable_base(x, v).scatter_(0, tensor_([[2, 0, 1], [0, 3, 1]]), v),
     "scatter_add_": lambda x, v: _differentiable_base(x, v).scatter_add_(0, tensor_([[2, 0, 1], [2, 3, 1]]), v),
+    "index_add_": lambda x, v: _differentiable_base(x, v).index_add_(0, tensor_([2, 2]), v, alpha=2),
     # no grad rule of Thunder's: PyTorch's gradient, on a copy of the destination
     "scatter_reduce": lambda x, v: torch.scatter_reduce(
         _differentiable_base(x, v), 0, tensor_([[2, 0, 1], [0, 3, 1]]), v, "sum"
