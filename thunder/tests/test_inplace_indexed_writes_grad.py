@@ -360,61 +360,64 @@ def test_views_that_cannot_be_made_again_raise_where_a_gradient_flows():
         assert torch.equal(y, ey)
 
 
-def _index_error_before_a_write_into_aliased_arguments(y, v, w):
+def _write_into_aliased_arguments_after_index_copy(y, v, w, index):
     z = y.clone()
-    z.index_copy_(0, tensor_([-1]), w[None])  # eager: IndexError, index -1 out of range
+    z.index_copy_(0, index, w[None])  # eager: IndexError for index -1
     y[1] = w
     return (v * 2).sum() + z.sum()
 
 
-def _write_into_aliased_arguments_after_a_valid_one(y, v, w):
+def _write_changing_split_views_after_index_copy(y, v, w, index):
+    a, c = y.split(2)
     z = y.clone()
-    z.index_copy_(0, tensor_([3]), w[None])
+    z.index_copy_(0, index, w[None])
+    y[0] = w
+    return (a * a).sum() + c.sum() + z.sum()
+
+
+def _index_copy_into_aliased_arguments(y, v, w, index):
+    y.index_copy_(0, index, w[None])
+    return (v * 2).sum()
+
+
+def _write_into_aliased_arguments_returning_nothing(y, v, w, index):
+    z = y.clone()
+    z.index_copy_(0, index, w[None])
     y[1] = w
-    return (v * 2).sum() + z.sum()
+    v.mul_(2)
 
 
-def _index_error_before_a_write_changing_split_views(y, v, w):
-    a, c = y.split(2)
-    z = y.clone()
-    z.index_copy_(0, tensor_([-1]), w[None])
-    y[0] = w
-    return (a * a).sum() + c.sum() + z.sum()
-
-
-def _write_changing_split_views_after_a_valid_one(y, v, w):
-    a, c = y.split(2)
-    z = y.clone()
-    z.index_copy_(0, tensor_([3]), w[None])
-    y[0] = w
-    return (a * a).sum() + c.sum() + z.sum()
-
-
+@pytest.mark.parametrize("index", [-1, 3], ids=["bad_index", "good_index"])
 @pytest.mark.parametrize(
     "fn",
     [
-        _index_error_before_a_write_into_aliased_arguments,
-        _write_into_aliased_arguments_after_a_valid_one,
-        _index_error_before_a_write_changing_split_views,
-        _write_changing_split_views_after_a_valid_one,
+        _write_into_aliased_arguments_after_index_copy,
+        _write_changing_split_views_after_index_copy,
+        _index_copy_into_aliased_arguments,
+        _write_into_aliased_arguments_returning_nothing,
     ],
     ids=lambda fn: fn.__name__.strip("_"),
 )
-def test_write_that_cannot_be_made_right_raises_where_the_program_reaches_it(fn):
+def test_write_that_cannot_be_made_right_raises_where_the_program_reaches_it(fn, index):
     # A write the pass cannot make right (arguments that share storage, one read after a write into the other;
     #   split views read after a write) raises when the computation gets there, as eager raises only at the
-    #   statement that fails: an index error before it is the program's error (eager's; stock thunder's too,
-    #   as it runs the write), and the argument is left as it was. Raised while tracing, the pass's own error
-    #   replaced the index error.
+    #   statement that fails: a bad index before it, or in it, is the program's error (eager's; stock thunder's
+    #   too, as it runs the write), and the argument is left as it was. Raised while tracing, the pass's own
+    #   error replaced the index error.
     x, w, _ = _view_inputs()
     eager_y, y = x * 1, x * 1
     before = y.detach().clone()
-    expected = _outcome(lambda: torch.autograd.grad(fn(eager_y, eager_y[1:], w), (x, w)))
-    if fn is _write_into_aliased_arguments_after_a_valid_one:
-        expected = NotImplementedError("eager runs it: the gradient would be wrong here")
-    assert isinstance(expected, Exception)
-    actual = _outcome(lambda: thunder.jit(fn)(y, y[1:], w))
-    assert type(actual) is type(expected), f"eager raised {expected!r}; thunder.jit raised {actual!r}"
+
+    def eager():
+        out = fn(eager_y, eager_y[1:], w, tensor_([index]))
+        if out is not None:
+            torch.autograd.grad(out, (x, w))
+
+    expected = _outcome(eager)
+    if not isinstance(expected, Exception):
+        expected = NotImplementedError("eager runs it; thunder.jit cannot give its gradient")
+    actual = _outcome(lambda: thunder.jit(fn)(y, y[1:], w, tensor_([index])))
+    assert type(actual) is type(expected), f"eager: {expected!r}; thunder.jit: {actual!r}"
     assert torch.equal(y.detach(), before)
 
 

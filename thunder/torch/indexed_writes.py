@@ -26,11 +26,11 @@ import weakref
 
 import torch
 
-from thunder.core import dtypes
+from thunder.core import devices, dtypes
 import thunder.core.prims as prims
 from thunder.core.compile_data import get_compile_data, get_compile_option
 from thunder.core.options import INPLACE_INDEXED_WRITES_OPTIONS, resolve_inplace_indexed_writes_option
-from thunder.core.proxies import IntegerProxy, Proxy, ProxyTag, TensorProxy, variableify
+from thunder.core.proxies import IntegerProxy, ProxyTag, TensorProxy, variableify
 from thunder.core.pytree import tree_flatten
 from thunder.core.symbol import BoundSymbol, Symbol
 from thunder.core.trace import TraceCtx, TraceProvenance, from_trace, get_tracectx, tracectx
@@ -285,11 +285,11 @@ class _WriteRefused(Exception):
 _REFUSAL_ERRORS = {cls.__name__: cls for cls in (NotImplementedError, RuntimeError)}
 
 
-def _raise_when_reached_meta(error_type: str, message: str, reached: tuple, made: tuple, /) -> tuple:
-    return tuple(TensorProxy(shape=shape, device=device, dtype=dtype) for shape, device, dtype in made)
+def _raise_when_reached_meta(error_type: str, message: str, reached: tuple, device: devices.Device, /) -> TensorProxy:
+    return TensorProxy(shape=(), device=device, dtype=dtypes.float32)
 
 
-def raise_when_reached_impl(error_type: str, message: str, reached: tuple, made: tuple, /) -> tuple:
+def raise_when_reached_impl(error_type: str, message: str, reached: tuple, device: devices.Device, /) -> None:
     raise _REFUSAL_ERRORS[error_type](message)
 
 
@@ -297,8 +297,8 @@ def raise_when_reached_impl(error_type: str, message: str, reached: tuple, made:
 #   be made right ends in it (see _ViewRebaser._end_with_raise). Eager reaches such a write only after the
 #   statements before it, and one of those may raise first (an index out of range); raised at trace time, the
 #   refusal replaced that error. ``reached`` holds every tensor made before it, so that it runs after what makes
-#   them whatever a fusion pass reorders; it stands for the outputs made after it (``made``: their shapes, devices
-#   and dtypes), so the return needs it and it stays in the forward of a grad split. No gradient flows through it (it is in
+#   them whatever a fusion pass reorders. Its output (a 0-D tensor that is never made) is what the computation
+#   returns, so that DCE and the forward of a grad split keep it. No gradient flows through it (it is in
 #   nondifferentiable_vjp_symbols, thunder/torch/__init__.py).
 raise_when_reached = Symbol(
     name="raise_when_reached",
@@ -431,6 +431,9 @@ class _ViewRebaser:
                 try:
                     self._write(i, bsym)
                 except _WriteRefused as refused:
+                    # The write's functional part first: where its own arguments are bad (an index out of
+                    #   range), that raises eager's error.
+                    self._emit(bsym.subsymbols[:-1])
                     self._end_with_raise(refused.error, bsyms[-1].from_bsym_swap_proxies(self.swap))
                     break
             else:
@@ -443,9 +446,9 @@ class _ViewRebaser:
         return self.new_trace
 
     def _end_with_raise(self, error: Exception, ret: BoundSymbol) -> None:
-        """Ends the computation at the refused write: raise_when_reached stands for the outputs the rest would
-        make, and the return returns them. Before (``y`` and ``v`` arguments sharing storage, ``v`` read after a
-        write into ``y`` where a gradient flows)::
+        """Ends the computation at the refused write, after its functional part: it returns what
+        raise_when_reached makes, which raises. Before (``y`` and ``v`` arguments sharing storage, ``v`` read
+        after a write into ``y`` where a gradient flows)::
 
             z = ltorch.clone(y, memory_format=_torch_memory_format_0)
             t1 = ltorch.getitem(w, None)
@@ -453,7 +456,6 @@ class _ViewRebaser:
             t5 = ltorch.setitem_(y, 1, w)
             t6 = ltorch.mul(v, 2)
             ...
-            t12 = ltorch.add(t9, t11, alpha=1)  # t12: "cpu f32[]"
             return {'output': (t12,), 'flat_args': [y, v, w, i]}
 
         After::
@@ -461,29 +463,21 @@ class _ViewRebaser:
             z = ltorch.clone(y, memory_format=_torch_memory_format_0)
             t1 = ltorch.getitem(w, None)
             t3 = ltorch.index_copy_(z, 0, i, t1)
-            (t14,) = thunder.torch.indexed_writes.raise_when_reached_impl('NotImplementedError', 'setitem_: an
-              in-place write into y ...', (y, v, w, i, z, t1, t3), (((), devices.Device("cpu"), dtypes.float32),))
-            return {'output': (t14,), 'flat_args': [y, v, w, i]}
+            t4 = ltorch.setitem(y, 1, w)  # the write's functional part: may raise eager's error too
+            t14 = thunder.torch.indexed_writes.raise_when_reached_impl('NotImplementedError', 'setitem_: an
+              in-place write into y ...', (y, v, w, i, z, t1, t3, t4), devices.Device("cpu"))
+            return {"output": (t14,), "flat_args": [y, v, w, i]}
         """
         assert ret.sym.id == prims.PrimIDs.RETURN
-        made_before = {p.name for p in tree_flatten((self.trace.args, self.trace.kwargs))[0] if isinstance(p, Proxy)}
-        made_before.update(p.name for bsym in self.bsyms for p in bsym.flat_proxy_outs)
-        made_after = list({p.name: p for p in ret.flat_proxy_args if p.name not in made_before}.values())
-        if not made_after or not all(
-            isinstance(p, TensorProxy) and all(not isinstance(n, Proxy) or n.name in made_before for n in p.shape)
-            for p in made_after
-        ):
-            # Nothing of the rest would need it, or it cannot stand for what it makes (a number, or a shape made
-            #   later): refuse while tracing.
-            raise error
+        (returned,) = ret.args
         reached = [p for bsym in self.bsyms for p in bsym.flat_proxy_outs if isinstance(p, TensorProxy)]
+        if not isinstance(returned, dict) or "output" not in returned or not reached:
+            raise error  # not the computation thunder.jit traces: refuse while tracing
         with tracectx(self.new_trace):
             self.new_trace.push_scope([])
-            like = tuple((tuple(p.shape), p.device, p.dtype) for p in made_after)
-            made = raise_when_reached(type(error).__name__, str(error), tuple(reached), like)
+            never_made = raise_when_reached(type(error).__name__, str(error), tuple(reached), reached[0].device)
             self._emit(self.new_trace.pop_scope())
-        swap = {variableify(p): m for p, m in zip(made_after, made)}
-        self._emit([ret.from_bsym_swap_proxies(swap)])
+        self._emit([ret.from_bsym(args=({**returned, "output": (never_made,)},))])
         self.rebased = True
 
     def _check_view_chain(self, write: BoundSymbol, name: str, top: None | str, written: bool) -> None:
