@@ -390,6 +390,25 @@ def test_index_copy_requires_same_dtype_like_eager():
     assert torch.equal(buf, args[0])
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_functional_index_copy_raises_like_eager(grad):
+    # torch.index_copy, and index_copy_ where a gradient flows (which lowers to it): eager's error types, where
+    #   the prim's checks raised RuntimeError for all of them; and a 0-D destination or source, which eager indexes
+    #   like one of shape (1,). The cases are index_copy's OpInfo error inputs and 0-D samples.
+    from thunder.tests.opinfos import index_copy_opinfo
+
+    for sample, error, match in index_copy_opinfo.error_input_generator(index_copy_opinfo, "cpu"):
+        a = sample.args[0].detach().requires_grad_(grad)
+        with pytest.raises(error, match=match):
+            torch.index_copy(a, *sample.args[1:])
+        with pytest.raises(error, match=match):
+            thunder.jit(torch.index_copy)(a, *sample.args[1:])
+    zero_dim = list(index_copy_opinfo.sample_inputs("cpu", torch.float32, requires_grad=grad))[-3:]
+    for sample in zero_dim:
+        expected = torch.index_copy(*sample.args, **sample.kwargs)
+        assert torch.equal(thunder.jit(torch.index_copy)(*sample.args, **sample.kwargs), expected)
+
+
 def test_setitem_value_dtype_like_eager():
     # Basic indexing casts the value to the destination dtype; advanced indexing (index_put_) requires equal dtypes.
     def f(buf, k):
