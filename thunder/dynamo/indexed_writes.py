@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from thunder.core import prims
 import thunder.torch as ltorch
 
 __all__ = [
@@ -191,8 +192,17 @@ def _thunder_symbol(node: torch.fx.Node):
         return None
 
 
+def _in_place_op_name(node: torch.fx.Node) -> str | None:
+    """The name of the Thunder in-place op (tagged IN_PLACE: ``mul_``, ``zero_``, ...) that ``node`` calls."""
+    symbol = _thunder_symbol(node)
+    if symbol is None or prims.OpTags.IN_PLACE not in (getattr(symbol, "tags", None) or ()):
+        return None
+    return symbol.name
+
+
 def find_aliased_writes_under_grad(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, str]:
-    """The nodes that run as eager PyTorch because a gradient flows through an in-place indexed write into their
+    """The nodes that run as eager PyTorch because a gradient flows through an in-place indexed write (or, with an
+    alias read after it, another in-place op such as ``mul_``) into their
     storage which leaves an alias of it, made before the write, to be read after it, or which is a graph
     input that requires grad; each with why.
 
@@ -261,6 +271,9 @@ def find_aliased_writes_under_grad(gm: torch.fx.GraphModule) -> dict[torch.fx.No
             grad_enabled = bool(node.args[0])
             continue
         op_name = indexed_write_op_name(node)
+        # Other in-place ops (mul_, add_, zero_, ...) that leave an alias read after them: thunder.jit makes such
+        #   views again too, but refuses aliases it cannot make (reshape views, arguments sharing storage).
+        other_write = op_name is None and (op_name := _in_place_op_name(node)) is not None
         destination = node.args[0] if op_name is not None and node.args else None
         if not grad_enabled or not isinstance(destination, torch.fx.Node) or not _example_values(destination):
             continue
@@ -284,7 +297,7 @@ def find_aliased_writes_under_grad(gm: torch.fx.GraphModule) -> dict[torch.fx.No
         ]
         if stale:
             why = f"whose alias {stale[0].name} is read after the write"
-        elif written_inputs:
+        elif written_inputs and not other_write:
             why = f"which is (a view of) the graph input {written_inputs[0].name} that requires grad"
         else:
             continue

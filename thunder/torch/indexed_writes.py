@@ -334,6 +334,12 @@ class _ViewRebaser:
             self._register((*bsym.flat_proxy_args, *bsym.flat_proxy_outs))
             for p in _reads(bsym):
                 self.last_read[p.name] = i
+        # The arguments the caller may read after the call: a written one continues its history there (through
+        #   torch_autograd's Function), so its last value must be the written one too. Such reads make a write
+        #   through a view of an argument write into the argument, where that can be made; where it cannot, the
+        #   write is made as before (the caller's later reads of the argument then miss it).
+        self.read_by_caller: set[str] = {p.name for p in flat_args if isinstance(p, TensorProxy)}
+        self.counting_caller_reads = True
         self.swap: dict = {}
         # The names of the input trace whose reads read a tensor now (its own name until it is replaced)
         self.stands_for: dict[str, set[str]] = {}
@@ -366,7 +372,10 @@ class _ViewRebaser:
         return self.stands_for.get(name, {name})
 
     def _read_after(self, name: str, i: int) -> bool:
-        return any(self.last_read.get(n, -1) > i for n in self._names(name))
+        return any(
+            self.last_read.get(n, -1) > i or (self.counting_caller_reads and n in self.read_by_caller)
+            for n in self._names(name)
+        )
 
     def _replace(self, old: str, new: TensorProxy) -> None:
         """Later reads of ``old`` (and of the names it stands for) read ``new``."""
@@ -412,14 +421,17 @@ class _ViewRebaser:
                 self.stands_for[bsym.output.name] = set()
 
     def _is_differentiable_write(self, bsym: BoundSymbol) -> bool:
+        # An indexed write, or any other in-place op that is its functional op and a copy_ into its first
+        #   argument (mul_, add_, clamp_, zero_, ...): a view read after either reads the written values.
         last = bsym.subsymbols[-1] if bsym.subsymbols else None
         return (
-            bsym.sym in self.indexed_writes
+            (bsym.sym in self.indexed_writes or prims.OpTags.IN_PLACE in (bsym.sym.tags or ()))
             and last is not None
             and last.sym.id == prims.PrimIDs.COPY_
             and bool(last.kwargs.get("grad_enabled", False))
             and isinstance(bsym.output, TensorProxy)
             and isinstance(bsym.args[0], TensorProxy)
+            and last.args[1].name == bsym.args[0].name
             and any(map(self.flow.may_require_grad, bsym.flat_proxy_args))
         )
 
@@ -429,7 +441,14 @@ class _ViewRebaser:
             bsym = bsym.from_bsym_swap_proxies(self.swap)
             if self._is_differentiable_write(bsym):
                 try:
-                    self._write(i, bsym)
+                    try:
+                        self._write(i, bsym)
+                    except _WriteRefused:
+                        # refused (before it changed anything) maybe only for what the caller reads: without that
+                        self.counting_caller_reads = False
+                        self._write(i, bsym)
+                    finally:
+                        self.counting_caller_reads = True
                 except _WriteRefused as refused:
                     # The write's functional part first: where its own arguments are bad (an index out of
                     #   range), that raises eager's error.
@@ -623,7 +642,9 @@ def _below(ancestry: list[str], top: str) -> list[str]:
 
 def rebase_views_after_differentiable_writes(trace: TraceCtx, alias_tensor_indices: list[list[int]]) -> TraceCtx:
     """Makes the reads of views that follow an in-place indexed write where a gradient flows read views of
-    the written tensor, so that the gradient of those reads goes to the written values.
+    the written tensor, so that the gradient of those reads goes to the written values. Other in-place ops
+    made of their functional op and a ``copy_`` into their first argument (``mul_``, ``add_``, ``clamp_``,
+    ``zero_``, ...) are writes here too.
 
     Two cases (``y = x * 1``, ``x`` and ``w`` requiring grad):
 
@@ -681,7 +702,9 @@ def rebase_views_after_differentiable_writes(trace: TraceCtx, alias_tensor_indic
 
     writes = set(ltorch.inplace_indexed_writes)
     if not any(
-        bsym.sym in writes and bsym.subsymbols and bsym.subsymbols[-1].sym.id == prims.PrimIDs.COPY_
+        (bsym.sym in writes or prims.OpTags.IN_PLACE in (bsym.sym.tags or ()))
+        and bsym.subsymbols
+        and bsym.subsymbols[-1].sym.id == prims.PrimIDs.COPY_
         for bsym in trace.bound_symbols
     ):
         return trace
