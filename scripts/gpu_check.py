@@ -12,15 +12,21 @@ the nvFuser-on-CUDA tests of thunder/tests/test_inplace_indexed_writes_fusion.py
   cudagraph_decode   a decode step (index_copy_ into the KV cache, then attention scores) under Thunder's
                      CUDAGraphTransform: the write lands in the caller's cache, step after step, not in a static copy
 
-and prints one line: `gpu-check: PASS|FAIL n/N (check k/K, ...) on <GPU>, nvFuser <v>, torch <v>`. Without CUDA
-it prints `gpu-check: SKIPPED: ...` and exits 0 (CPU CI runs the same tests under the CPU stand-in for nvFuser).
+Then the differential fuzzer on CUDA (tests/test_fuzz_inplace_writes.py with FUZZ_DEVICE=cuda: random programs of
+in-place writes, each under one of jit, ThunderFX, grad, symbolic values, torch_compile_ex, nv_enable_scatter, with
+nvFuser the default fusion executor; `--stock` reruns what failed on the pristine base, so a program stock gets
+right and this build does not is a REGRESSION). It prints one line: `gpu-check: PASS|FAIL n/N (check k/K, ...;
+fuzz ok/P, ...) on <GPU>, nvFuser <v>, torch <v>`. PASS needs every check and no fuzz REGRESSION; fuzz failures
+that stock shares are counted, not failed on. Without CUDA it prints `gpu-check: SKIPPED: ...` and exits 0 (CPU
+CI runs the same tests under the CPU stand-in for nvFuser).
 
-  .venv/bin/python scripts/gpu_check.py [--tree build/patched] [-- PYTEST_ARGS...]
+  .venv/bin/python scripts/gpu_check.py [--tree build/patched] [--fuzz PROGRAMS] [-- PYTEST_ARGS...]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -42,6 +48,11 @@ CHECKS = {
 }
 
 
+def _pythonpath(tree: Path) -> str:
+    """The composed tree in front of whatever PYTHONPATH already holds (carried packages on a device machine)."""
+    return os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def _environment(tree: Path) -> tuple[str | None, str]:
     """(why it cannot run here or None, a description of the device and versions)."""
     probe = (
@@ -51,7 +62,7 @@ def _environment(tree: Path) -> tuple[str | None, str]:
         " e.get_nvfuser_executor().version if e.nvfuser_available() else '-',"
         " torch.cuda.get_device_name(0).replace(' ', '_') if cuda else '-')\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=_pythonpath(tree))
     proc = subprocess.run([sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         return f"cannot import Thunder from {tree}: {proc.stderr.strip().splitlines()[-1:]}", ""
@@ -80,9 +91,36 @@ def _results(junit: Path) -> dict[str, dict[str, int]]:
     return counts
 
 
+def _fuzz(tree: Path, programs: int, seed: int, seconds: float, keep: Path | None) -> tuple[str, bool]:
+    """The fuzzer on CUDA, each program under one backend, stock rerunning what failed: (summary, no regression).
+    keep: where to leave the fuzzer's JSON (every outcome, the failures' details)."""
+    if programs <= 0:
+        return "", True
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = keep or Path(tmp) / "fuzz.json"
+        summary.unlink(missing_ok=True)
+        cmd = [sys.executable, "-W", "ignore", str(ROOT / "tests" / "test_fuzz_inplace_writes.py"), "--programs",
+               str(programs), "--seed", str(seed), "--spread", "--stock", "--repros", "3", "--shrink-budget", "10",
+               "--seconds", str(seconds), "--json", str(summary)]
+        env = dict(os.environ, FUZZ_DEVICE="cuda", PYTHONPATH=_pythonpath(tree), PYTHONHASHSEED="0")
+        subprocess.run(cmd, cwd=ROOT, env=env)
+        if not summary.exists():
+            return "fuzz did not finish", False
+        data = json.loads(summary.read_text())["standalone"]
+    counts: dict[str, int] = defaultdict(int)
+    for _, _, category in data["outcomes"]:
+        counts[category] += 1
+    shown = ", ".join(f"{k.lower()} {counts[k]}" for k in ("MISMATCH", "CRASH", "UNSUPPORTED", "REGRESSION") if counts[k])
+    return f"fuzz ok {counts['OK']}/{data['programs']}{f' ({shown})' if shown else ''}", counts["REGRESSION"] == 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tree", type=Path, default=ROOT / "build" / "patched", help="the composed Thunder tree to test")
+    p.add_argument("--fuzz", type=int, default=64, help="fuzz programs on CUDA after the tests (0: none)")
+    p.add_argument("--fuzz-seed", type=int, default=200_000, help="first fuzz seed")
+    p.add_argument("--fuzz-seconds", type=float, default=600, help="start no fuzz program after this many seconds")
+    p.add_argument("--fuzz-json", type=Path, help="keep the fuzzer's JSON summary here")
     p.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = p.parse_args(argv)
     tree = args.tree.resolve()
@@ -95,17 +133,19 @@ def main(argv=None) -> int:
         junit = Path(tmp) / "gpu-check.xml"
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-W", "ignore", "-q", TEST_FILE,
                "-k", selection, f"--junitxml={junit}", *args.pytest_args]
-        proc = subprocess.run(cmd, cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)))
+        proc = subprocess.run(cmd, cwd=tree, env=dict(os.environ, PYTHONPATH=_pythonpath(tree)))
         counts = _results(junit) if junit.exists() else {}
+    fuzz, fuzz_ok = _fuzz(tree, args.fuzz, args.fuzz_seed, args.fuzz_seconds, args.fuzz_json)
     missing = [c for c in CHECKS if sum(counts.get(c, {}).values()) == 0]
     failed = [c for c in CHECKS if counts.get(c, {}).get("failed", 0)]
     skipped = [c for c in CHECKS if c not in missing and counts[c]["passed"] == 0]
     passed = sum(c["passed"] for c in counts.values())
     total = sum(c["passed"] + c["failed"] for c in counts.values())
-    ok = proc.returncode == 0 and not (missing or failed or skipped)
+    ok = proc.returncode == 0 and not (missing or failed or skipped) and fuzz_ok
     ran = [c for c in CHECKS if c not in missing]
     parts = [f"{c} {counts[c]['passed']}/{counts[c]['passed'] + counts[c]['failed']}" for c in ran]
     parts += [f"{c} did not run" for c in missing]
+    parts += [fuzz] if fuzz else []
     extra = f"; failed: {', '.join(failed)}" if failed else ""
     extra += f"; skipped: {', '.join(skipped)}" if skipped else ""
     print(f"gpu-check: {'PASS' if ok else 'FAIL'} {passed}/{total} ({', '.join(parts)}) on {about}{extra}")

@@ -49,6 +49,10 @@ Both print per backend: programs, outcomes, REGRESSION (stock right, patched wro
 (failures stock has too). Each test fails once, at the end, with those counts, the distinct failure
 kinds and the shrunk source of up to 5 failing programs; build/fuzz-summary.json gets it all.
 
+On CUDA (FUZZ_DEVICE=cuda: the inputs are made on the GPU; `make gpu-check` runs it) the backends without a
+fusion executor of their own run nvFuser, the stand-in backends are left out, and jit_nv_scatter /
+tfx_nv_scatter add nv_enable_scatter=True.
+
 Standalone (every program under every backend unless --spread; --stock: stock-vs-patched):
   .venv/bin/python tests/test_fuzz_inplace_writes.py --programs 300 --seed 1000 --stock
   scripts/python-stock tests/test_fuzz_inplace_writes.py --programs 300 --seed 1000
@@ -81,6 +85,9 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 SUMMARY_JSON = REPO / "build" / "fuzz-summary.json"
+# Where the programs' inputs live (and so where they run): "cuda" runs them under nvFuser, Thunder's default
+# fusion executor there (`make gpu-check`). The stock child of --stock inherits it through the environment.
+DEVICE = os.environ.get("FUZZ_DEVICE", "cpu")
 
 # ----------------------------------------------------------------------------------------------
 # Helpers available to every generated program (and printed at the top of every repro)
@@ -110,7 +117,7 @@ def _loss(tensors):
     total = torch.zeros((), dtype=torch.float64)
     for k, t in enumerate(tensors):
         if isinstance(t, torch.Tensor) and t.is_floating_point():
-            total = total + (t * _t(tuple(t.shape), t.dtype, 7919 + k)).sum().double()
+            total = total + (t * _t(tuple(t.shape), t.dtype, 7919 + k).to(t.device)).sum().double()
     return total
 
 
@@ -194,6 +201,7 @@ class Program:
         """make_inputs() -> (arguments, leaves requiring grad), as make_inputs(grad) builds them."""
         args, lines, leaves = self.arg_inputs(), [], []
         for i in args:
+            i = _on_device(i)
             if not (grad and _gets_grad(i)):
                 lines.append(f"    {i.name} = {i.expr}")
             elif i.role == "buf":  # a destination: a clone of its leaf (eager rejects writes into leaves)
@@ -210,7 +218,8 @@ class Program:
         input that is not a view of another becomes a leaf; a destination gets a clone of it."""
         env, leaves = dict(HELPERS), {}
         for i in self.arg_inputs():
-            x = eval(i.expr, env)
+            # .to() of a view of an input already moved is the view itself: arguments still alias
+            x = eval(i.expr, env).to(DEVICE)
             if grad and _gets_grad(i):
                 leaves[i.name] = x.detach().requires_grad_()
                 x = leaves[i.name].clone() if i.role == "buf" else leaves[i.name]
@@ -270,6 +279,11 @@ class Program:
             + "for name, a, b, eq in pairs:\n"
             + "    print(name, 'same as eager' if eq(a.detach(), b.detach()) else f'DIFFERS FROM EAGER\\neager: {a}\\ngot:   {b}')\n"
         )
+
+
+def _on_device(i: Input) -> Input:
+    """The input as a repro builds it: moved to DEVICE where that is not the CPU."""
+    return i if DEVICE == "cpu" else Input(i.name, f"({i.expr}).to({DEVICE!r})", i.role, i.base)
 
 
 def _gets_grad(i: Input) -> bool:
@@ -990,6 +1004,14 @@ BACKENDS = {
         Backend("tfx_grad", "thunderfx", grad=True),
     ]
 }
+if DEVICE != "cpu":
+    # On CUDA Thunder's default executors put nvFuser in front, so every backend without a fusion executor
+    # of its own runs nvFuser's fusion pass and kernels; the CPU stand-in for it has nothing to stand in for.
+    # nv_enable_scatter lets nvFuser claim the functional index_put and scatter too.
+    for name in [b for b in BACKENDS if BACKENDS[b].fusion == "standin"]:
+        del BACKENDS[name]
+    BACKENDS["jit_nv_scatter"] = Backend("jit_nv_scatter", "jit", {"nv_enable_scatter": True})
+    BACKENDS["tfx_nv_scatter"] = Backend("tfx_nv_scatter", "thunderfx", {"nv_enable_scatter": True})
 
 # ----------------------------------------------------------------------------------------------
 # Running and comparing
@@ -1263,10 +1285,13 @@ class Campaign:
     exclude: frozenset[str] = frozenset()  # ops not to generate
     stock: dict = field(default_factory=dict)  # (seed, backend) -> stock's category (add_stock)
 
-    def run(self, plan, log=None):
-        """plan: (seed, backend names) pairs; each seed's program runs under its backends."""
+    def run(self, plan, log=None, seconds: float | None = None):
+        """plan: (seed, backend names) pairs; each seed's program runs under its backends. seconds: start
+        no program after that long (the programs run so far are the campaign)."""
         start = time.monotonic()
         for seed, backends in plan:
+            if seconds is not None and time.monotonic() - start > seconds:
+                break
             program = generate(seed, self.exclude)
             self.programs[seed] = program
             eager = {}  # grad -> eager's observation
@@ -1529,6 +1554,7 @@ def main(argv=None):
                    help="stock-vs-patched: run the plan on stock too (child process); a program stock runs "
                    "right and this build does not is a REGRESSION")
     p.add_argument("--plan", type=Path, help="JSON [[seed, [backends]], ...] to run instead of --programs/--seed")
+    p.add_argument("--seconds", type=float, help="start no program after this many seconds")
     p.add_argument("-v", "--verbose", action="store_true", help="print each failure as it happens")
     args = p.parse_args(argv)
     exclude = frozenset(x.strip() for x in args.exclude.split(",") if x.strip())
@@ -1551,7 +1577,7 @@ def main(argv=None):
         plan = [(s, [names[k % len(names)]]) for k, s in enumerate(seeds)]
     else:
         plan = [(s, names) for s in seeds]
-    campaign.run(plan, log)
+    campaign.run(plan, log, args.seconds)
     if args.stock:  # stock runs what was not OK here: that is where regressions can be
         add_stock_outcomes(campaign)
     print(campaign.summary(args.repros, args.shrink_budget))
