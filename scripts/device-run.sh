@@ -39,7 +39,8 @@ export PYTHONPATH="$site"
 # nvFuser's newest PyPI build is for torch 2.10; on a later torch its one stale import (c10::MessageLogger) is
 # served by a shim (scripts/device/nvfuser_logger_shim.cpp says why that is enough).
 codegen="$site/nvfuser_common/lib/libnvfuser_codegen.so"
-if [ -f "$codegen" ] && python3 -c "import nvfuser_direct" 2>&1 | grep -q "MessageLogger"; then
+why=$(python3 -c "import nvfuser_direct" 2>&1)  # (not piped into grep: pipefail takes python's exit status)
+if [ -f "$codegen" ] && [[ "$why" == *MessageLogger* ]]; then
   python3 - "$codegen" <<'PY'
 import sys
 path = sys.argv[1]
@@ -74,7 +75,7 @@ PY
 
 # Correctness jobs side by side (the machine has 16 cores), each with its own time limit.
 (
-  timeout 300 python3 scripts/gpu_check.py --fuzz "$fuzz_programs" --fuzz-seconds 150 --fuzz-json "$out/fuzz.json" \
+  timeout "${CHECK_S:-300}" python3 scripts/gpu_check.py --fuzz "$fuzz_programs" --fuzz-seconds "${FUZZ_S:-150}" --fuzz-json "$out/fuzz.json" \
     > "$out/gpu-check.log" 2>&1
   if grep -q "nvFuser is not" "$out/gpu-check.log"; then  # still the fuzzer on CUDA, under Thunder's other executors
     FUZZ_DEVICE=cuda timeout 200 python3 -W ignore tests/test_fuzz_inplace_writes.py --programs "$fuzz_programs" \
@@ -83,7 +84,7 @@ PY
   fi
 ) &
 for side in patched base; do
-  (cd "build/$side" && PYTHONPATH="$site:$root/build/$side" timeout 280 python3 -m pytest -p no:cacheprovider -W ignore \
+  (cd "build/$side" && PYTHONPATH="$site:$root/build/$side" timeout "${UPSTREAM_S:-280}" python3 -m pytest -p no:cacheprovider -W ignore \
     -v -k "${UPSTREAM_K:-cuda}" thunder/tests/test_update_aliases.py thunder/tests/test_inplace_copy.py \
     > "$out/upstream-$side.log" 2>&1) &
 done
@@ -91,7 +92,8 @@ wait
 tail -n 1 "$out/gpu-check.log" | tee -a "$out/device-run.log"
 for side in patched base; do log "upstream in-place suites on CUDA, $side: $(tail -n 1 "$out/upstream-$side.log")"; done
 
-# The headline write on CUDA, alone on the machine (timings).
+# The headline write on CUDA, alone on the machine (timings). BENCH_S=0: none.
+[ "${BENCH_S:-150}" = 0 ] && exit 0
 timeout "${BENCH_S:-150}" .venv/bin/python scripts/bench.py --device cuda --workloads a --sizes ${BENCH_SIZES:-4096 2615232} --out "$out/bench" \
   > "$out/bench.log" 2>&1
 cp "$out"/bench/latest.json "$out/bench.json" 2>/dev/null && rm -rf "$out/bench"

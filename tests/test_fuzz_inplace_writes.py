@@ -442,7 +442,9 @@ class Generator:
         wrote, draws = False, 0
         # Bad input: a write eager rejects, drawn just before the first write (so eager has written
         # nothing when it raises); the lines after it stay, and must not run either.
-        bad_ops = [op for op in BAD if op not in self.exclude]
+        # On CUDA none: an index out of range is a device-side assert there, eager's too, and it leaves the
+        # process's CUDA context unusable for every later program.
+        bad_ops = [op for op in BAD if op not in self.exclude] if DEVICE == "cpu" else []
         bad_pending = bool(bad_ops) and self.bad.random() < BAD_PROGRAM_SHARE
         while len(self.stmts) < n_stmts or not wrote:
             draws += 1
