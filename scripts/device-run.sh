@@ -4,6 +4,11 @@
 #
 #   bash scripts/device-run.sh [FUZZ_PROGRAMS]
 #
+# DEVICE_BASE=main (the default; carry build/patched-main and build/base-main) or 0.2.6 (build/patched, build/base).
+# nvFuser's builds for torch 2.10 and later ship only the nvfuser_direct module; Thunder 0.2.6 still imports the
+# old nvfuser module for every fusion's tensor descriptors (ModuleNotFoundError on the H200 on 2026-12-04, stock
+# and patched), so with those builds only main's Thunder runs nvFuser.
+#
 # .whl/ holds what that python3 lacks (CONTRIBUTING.md, "A GPU run", says how to fill it): Thunder's
 # dependencies as wheels and nvFuser as nvfuser-*.tar.xz, a wheel's files without its bundled NVRTC (the torch
 # there ships one) so that it fits the 64 MiB a call carries. Everything it writes goes to $OUT (the device
@@ -20,6 +25,11 @@ out=${OUT:-/tmp/device-out}
 mkdir -p "$out"
 fuzz_programs=${1:-96}
 site=/tmp/site
+case "${DEVICE_BASE:-main}" in
+  main) patched=patched-main; stock=base-main; export STOCK_BASE=main ;;
+  0.2.6) patched=patched; stock=base ;;
+  *) echo "device-run: DEVICE_BASE must be main or 0.2.6" >&2; exit 2 ;;
+esac
 log() { echo "device-run: $*" | tee -a "$out/device-run.log"; }
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl \
@@ -60,7 +70,7 @@ if [ ! -x .venv/bin/python ]; then
   chmod +x .venv/bin/python
 fi
 # So that the bench's patched side imports the composed tree (make setup's .pth does this on a dev machine).
-export PYTHONPATH="$site:$root/build/patched"
+export PYTHONPATH="$site:$root/build/$patched"
 python3 - <<'PY' 2>&1 | tee -a "$out/device-run.log"
 import torch
 print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA")
@@ -75,7 +85,7 @@ PY
 
 # Correctness jobs side by side (the machine has 16 cores), each with its own time limit.
 (
-  timeout "${CHECK_S:-300}" python3 scripts/gpu_check.py --fuzz "$fuzz_programs" --fuzz-seconds "${FUZZ_S:-150}" --fuzz-json "$out/fuzz.json" \
+  timeout "${CHECK_S:-300}" python3 scripts/gpu_check.py --tree "build/$patched" --fuzz "$fuzz_programs" --fuzz-seconds "${FUZZ_S:-150}" --fuzz-json "$out/fuzz.json" \
     > "$out/gpu-check.log" 2>&1
   if grep -q "nvFuser is not" "$out/gpu-check.log"; then  # still the fuzzer on CUDA, under Thunder's other executors
     FUZZ_DEVICE=cuda timeout 200 python3 -W ignore tests/test_fuzz_inplace_writes.py --programs "$fuzz_programs" \
@@ -83,14 +93,14 @@ PY
       >> "$out/gpu-check.log" 2>&1
   fi
 ) &
-for side in patched base; do
+for side in "$patched" "$stock"; do
   (cd "build/$side" && PYTHONPATH="$site:$root/build/$side" timeout "${UPSTREAM_S:-280}" python3 -m pytest -p no:cacheprovider -W ignore \
     -v -k "${UPSTREAM_K:-cuda}" thunder/tests/test_update_aliases.py thunder/tests/test_inplace_copy.py \
     > "$out/upstream-$side.log" 2>&1) &
 done
 wait
 tail -n 1 "$out/gpu-check.log" | tee -a "$out/device-run.log"
-for side in patched base; do log "upstream in-place suites on CUDA, $side: $(tail -n 1 "$out/upstream-$side.log")"; done
+for side in "$patched" "$stock"; do log "upstream in-place suites on CUDA, $side: $(tail -n 1 "$out/upstream-$side.log")"; done
 
 # The headline write on CUDA, alone on the machine (timings). BENCH_S=0: none.
 [ "${BENCH_S:-150}" = 0 ] && exit 0

@@ -88,6 +88,8 @@ SUMMARY_JSON = REPO / "build" / "fuzz-summary.json"
 # Where the programs' inputs live (and so where they run): "cuda" runs them under nvFuser, Thunder's default
 # fusion executor there (`make gpu-check`). The stock child of --stock inherits it through the environment.
 DEVICE = os.environ.get("FUZZ_DEVICE", "cpu")
+# The composed trees of this build (make setup): a stock run must not see them.
+PATCHED_TREES = ("patched", "patched-main")
 
 # ----------------------------------------------------------------------------------------------
 # Helpers available to every generated program (and printed at the top of every repro)
@@ -1451,7 +1453,10 @@ def run_on_stock(plan: list[tuple[int, list[str]]], exclude: frozenset[str] = fr
         plan_file, out = Path(tmp) / "plan.json", Path(tmp) / "stock.json"
         plan_file.write_text(json.dumps([[s, list(b)] for s, b in plan]))
         env = dict(os.environ, PYTHONHASHSEED=os.environ.get("PYTHONHASHSEED", "0"))
-        env.pop("PYTHONPATH", None)  # python-stock puts the pristine base first
+        # python-stock puts the pristine base first; the patched tree goes, other entries (packages carried to a
+        # device machine) stay
+        kept = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e and Path(e).name not in PATCHED_TREES]
+        env["PYTHONPATH"] = os.pathsep.join(kept)
         cmd = [str(REPO / "scripts" / "python-stock"), "-W", "ignore", __file__, "--plan", str(plan_file),
                "--json", str(out), "--repros", "0", "--exclude", ",".join(sorted(exclude))]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
