@@ -601,3 +601,30 @@ def test_graph_with_a_symint_input_routes_under_the_inductor_option():
         _assert_same(_write_scaled_by_an_int(eager_buf, n, loc, k), compiled(buf, n, loc, k))
         _assert_same(eager_buf, buf)
     assert "INPLACE_INDEXED_WRITE" in _split_reasons(backend)
+
+
+def _index_copy_then_clamp(buf, index, source):
+    buf.index_copy_(0, index, source)
+    buf.clamp_(min=-1.0, max=1.0)
+
+
+@pytest.mark.parametrize(
+    "index, source_rows", [([1, 4], 1), ([0, 1, 2, 3, 4, 5, 7], 6)], ids=["returned_normally", "inductor_asserted"]
+)
+def test_write_whose_arguments_fail_thunders_checks_raises_like_eager(index, source_rows):
+    # A source shorter than its index: Thunder's functional index_copy checks it as eager does, so the splitter's
+    #   support check failed and the write went to Inductor, which returned without an error or raised its own
+    #   AssertionError ("Broadcast failed in ExpandView") where eager raises IndexError (fuzz seeds 100203, 100315
+    #   under inplace_indexed_writes="functional"; stock's default, the functional lowering, the same). The write
+    #   runs as eager PyTorch now.
+    def inputs():
+        g = torch.Generator().manual_seed(0)
+        return torch.randn(8, 3, generator=g), torch.tensor(index), torch.randn(source_rows, 3, generator=g)
+
+    expected_args, actual_args = inputs(), inputs()
+    expected = _outcome(lambda: _index_copy_then_clamp(*expected_args))
+    assert isinstance(expected, IndexError)
+    compiled, backend = _thunderfx(_index_copy_then_clamp, inplace_indexed_writes="functional")
+    actual = _outcome(lambda: compiled(*actual_args))
+    assert type(actual) is type(expected), repr(actual)
+    assert torch.equal(actual_args[0], expected_args[0])
