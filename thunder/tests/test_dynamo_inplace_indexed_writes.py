@@ -624,6 +624,9 @@ def test_write_whose_arguments_fail_thunders_checks_raises_like_eager(index, sou
     expected_args, actual_args = inputs(), inputs()
     expected = _outcome(lambda: _index_copy_then_clamp(*expected_args))
     assert isinstance(expected, IndexError)
+    torch._dynamo.reset()
+    if isinstance(_outcome(lambda: torch.compile(_index_copy_then_clamp, backend="eager")(*inputs())), RuntimeError):
+        pytest.skip("from torch 2.13 Dynamo rejects the call while it makes the graph: no backend sees it")
     compiled, backend = _thunderfx(_index_copy_then_clamp, inplace_indexed_writes="functional")
     actual = _outcome(lambda: compiled(*actual_args))
     assert type(actual) is type(expected), repr(actual)
