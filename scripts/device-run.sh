@@ -12,7 +12,7 @@
 # .whl/ holds what that python3 lacks (CONTRIBUTING.md, "A GPU run", says how to fill it): Thunder's
 # dependencies as wheels and nvFuser as nvfuser-*.tar.xz, a wheel's files without its bundled NVRTC (the torch
 # there ships one) so that it fits the 64 MiB a call carries. Everything it writes goes to $OUT (the device
-# tool's output folder; /tmp/device-out elsewhere):
+# tool's output folder; a new temporary folder elsewhere):
 #   gpu-check.log      make gpu-check's run (scripts/gpu_check.py): the write tests on CUDA under nvFuser, then
 #                      the fuzzer on CUDA with stock rerunning what failed; its last line is the summary
 #   upstream-*.log     upstream's in-place suites (test_update_aliases.py, test_inplace_copy.py) on CUDA,
@@ -21,10 +21,10 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-out=${OUT:-/tmp/device-out}
+out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 fuzz_programs=${1:-96}
-site=/tmp/site
+site=$(mktemp -d)  # the carried packages, installed here
 case "${DEVICE_BASE:-main}" in
   main) patched=patched-main; stock=base-main; export STOCK_BASE=main ;;
   0.2.6) patched=patched; stock=base ;;
