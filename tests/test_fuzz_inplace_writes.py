@@ -34,10 +34,11 @@ them (or unchanged).
 
 Backends: jit, jit_dataflow (fusion_type="dataflow"), jit_functional, jit_symbolic (cache="symbolic
 values"), jit_standin (the CPU stand-in for nvFuser, thunder/tests/nvfuser_standin.py, where nvFuser
-sits on a GPU), jit_torch_compile (torch_compile_ex in front of the defaults), jit_grad and
-jit_standin_grad (inputs require grad: gradients of a fixed loss of the returned values are compared
-too), tfx (ThunderCompiler(), whose fusion_type is "dataflow"), tfx_consecutive, tfx_inductor,
-tfx_functional, tfx_standin, tfx_torch_compile, tfx_dynamic (torch.compile(dynamic=True)), tfx_grad.
+sits on a GPU), jit_torch_compile (torch_compile_ex in front of the defaults), jit_grad,
+jit_standin_grad and jit_torch_compile_grad (inputs require grad: gradients of a fixed loss of the
+returned values and of the arguments after the call are compared too), tfx (ThunderCompiler(), whose
+fusion_type is "dataflow"), tfx_consecutive, tfx_inductor, tfx_functional, tfx_standin,
+tfx_torch_compile, tfx_dynamic (torch.compile(dynamic=True)), tfx_grad, tfx_torch_compile_grad.
 tfx_inductor, tfx_functional and jit_functional take this fix's inplace_indexed_writes option ("n/a"
 on stock). Under Inductor (tfx_inductor, *_torch_compile) values compare with a tolerance.
 
@@ -124,10 +125,9 @@ def _loss(tensors):
 
 
 def _grads(out, inputs, leaves):
-    """Gradients of _loss(returned values) for each leaf (None: none). The arguments after the call
-    are compared by value only: a mutated input requiring grad does not carry its write's history
-    out of Thunder (stock neither; a known limit, not what these programs look for)."""
-    loss = _loss(list(out if isinstance(out, tuple) else (out,)))
+    """Gradients of _loss(returned values and the arguments after the call) for each leaf (None: none):
+    an argument written in place carries its write's history to the caller, as in eager."""
+    loss = _loss([*(out if isinstance(out, tuple) else (out,)), *inputs])
     if not loss.requires_grad:
         return [None] * len(leaves)
     return list(torch.autograd.grad(loss, list(leaves.values()), allow_unused=True))
@@ -998,6 +998,7 @@ BACKENDS = {
         Backend("jit_torch_compile", "jit", fusion="torch_compile"),
         Backend("jit_grad", "jit", grad=True),
         Backend("jit_standin_grad", "jit", fusion="standin", grad=True),
+        Backend("jit_torch_compile_grad", "jit", fusion="torch_compile", grad=True),
         Backend("tfx", "thunderfx"),  # default policy ("inplace" patched), fusion_type "dataflow"
         Backend("tfx_consecutive", "thunderfx", {"fusion_type": "consecutive"}),
         Backend("tfx_inductor", "thunderfx", {"inplace_indexed_writes": "inductor"}, needs_option=True),
@@ -1006,6 +1007,7 @@ BACKENDS = {
         Backend("tfx_torch_compile", "thunderfx", fusion="torch_compile"),
         Backend("tfx_dynamic", "thunderfx", dynamic=True),
         Backend("tfx_grad", "thunderfx", grad=True),
+        Backend("tfx_torch_compile_grad", "thunderfx", fusion="torch_compile", grad=True),
     ]
 }
 if DEVICE != "cpu":

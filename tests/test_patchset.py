@@ -81,6 +81,26 @@ def test_pr_stack_covers_the_series_in_order():
     assert names.index("grouped-query-attention") < names.index("symbolic-ints") < names.index("decode-enablers")
 
 
+def test_patch_subjects_and_authors():
+    """What a maintainer asked of the stack: subjects of at most 72 characters, one author identity, and every
+    patch's tests listed in patches/tests under a slug of the series (a renamed patch keeps its tests)."""
+    import email
+    import series_tests
+
+    entries = patchset.read_series()
+    authors = set()
+    for e in entries:
+        message = email.message_from_string((REPO / "patches" / e.name).read_text())
+        subject = " ".join(message["Subject"].split()).removeprefix("[PATCH] ")
+        assert len(subject) <= 72, (e.name, len(subject), subject)
+        authors.add(" ".join(message["From"].split()))
+    assert len(authors) == 1, authors
+    slugs = {series_tests.slug(e.name) for e in entries}
+    listed = {line.split()[0] for line in (REPO / "patches" / "tests").read_text().splitlines()
+              if line.strip() and not line.startswith(("#", " "))}
+    assert listed <= slugs, sorted(listed - slugs)
+
+
 def test_filter_patch_keeps_only_base_files():
     text = (
         "From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] x\n\nwhy\n\n"
