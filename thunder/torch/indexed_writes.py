@@ -319,7 +319,8 @@ class _ViewRebaser:
         self.new_trace = from_trace(trace)
         self.bsyms: list[BoundSymbol] = []
         self.rebased = False  # whether any read was changed
-        self.indexed_writes = set(ltorch.inplace_indexed_writes)
+        # Tensor.copy_ is a write of its source: ``y[1:3].copy_(w)`` is ``y[1:3] = w``
+        self.indexed_writes = set(ltorch.inplace_indexed_writes) | {ltorch.copy_}
         self.flow = _GradFlow([])
         self.aliases: dict[str, _Alias] = {}  # the tensors that are views or have views, by name
         self.storages = 0
@@ -644,7 +645,8 @@ def rebase_views_after_differentiable_writes(trace: TraceCtx, alias_tensor_indic
     """Makes the reads of views that follow an in-place indexed write where a gradient flows read views of
     the written tensor, so that the gradient of those reads goes to the written values. Other in-place ops
     made of their functional op and a ``copy_`` into their first argument (``mul_``, ``add_``, ``clamp_``,
-    ``zero_``, ...) are writes here too.
+    ``zero_``, ...) are writes here too, and so is ``Tensor.copy_`` itself (``y[1:3].copy_(w)`` writes what
+    ``y[1:3] = w`` writes).
 
     Two cases (``y = x * 1``, ``x`` and ``w`` requiring grad):
 
@@ -700,7 +702,7 @@ def rebase_views_after_differentiable_writes(trace: TraceCtx, alias_tensor_indic
     """
     import thunder.torch as ltorch
 
-    writes = set(ltorch.inplace_indexed_writes)
+    writes = set(ltorch.inplace_indexed_writes) | {ltorch.copy_}
     if not any(
         (bsym.sym in writes or prims.OpTags.IN_PLACE in (bsym.sym.tags or ()))
         and bsym.subsymbols
