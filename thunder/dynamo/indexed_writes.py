@@ -193,11 +193,14 @@ def _thunder_symbol(node: torch.fx.Node):
 
 
 def _in_place_op_name(node: torch.fx.Node) -> str | None:
-    """The name of the Thunder in-place op (tagged IN_PLACE: ``mul_``, ``zero_``, ...) that ``node`` calls."""
+    """The name of the Thunder in-place op (tagged IN_PLACE: ``mul_``, ``zero_``, ...; or ``copy_``, a write of its
+    source, untagged) that ``node`` calls."""
     symbol = _thunder_symbol(node)
-    if symbol is None or prims.OpTags.IN_PLACE not in (getattr(symbol, "tags", None) or ()):
+    if symbol is None:
         return None
-    return symbol.name
+    if symbol is ltorch.copy_ or prims.OpTags.IN_PLACE in (getattr(symbol, "tags", None) or ()):
+        return symbol.name
+    return None
 
 
 def find_aliased_writes_under_grad(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, str]:

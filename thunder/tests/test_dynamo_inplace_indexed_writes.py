@@ -458,6 +458,35 @@ def test_write_with_an_alias_read_after_it_goes_to_inductor_where_a_gradient_flo
     assert "ALIASED_WRITE_UNDER_GRAD" in _split_reasons(backend)
 
 
+def _view_through_reshape_read_after_copy_into_a_row(x, w, buf):
+    y = x * 1
+    v = y.reshape(-1)
+    y[1].copy_(w)
+    return (v * v).sum()
+
+
+def _aliased_inputs_read_after_copy_into_one(y, v, w):
+    y[1].copy_(w)
+    return (v * 2).sum()
+
+
+_CALLS[_aliased_inputs_read_after_copy_into_one] = _CALLS[_aliased_inputs_read_after_the_write]
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [_view_through_reshape_read_after_copy_into_a_row, _aliased_inputs_read_after_copy_into_one],
+    ids=lambda fn: fn.__name__.strip("_"),
+)
+def test_copy_with_an_alias_read_after_it_runs_as_eager_where_a_gradient_flows(fn):
+    # Tensor.copy_ is a write like ``y[1] = w``: where thunder.jit cannot make the alias again (a reshape that may
+    #   copy, an argument sharing storage), the nodes run as eager. Stock gave a wrong gradient, silently (the
+    #   reshape) or a RuntimeError (the aliased arguments); with copy_ a write of the view rebaser and not of the
+    #   splitter, ThunderFX raised NotImplementedError.
+    backend = _check_value_and_gradients_like_eager(fn)
+    assert "ALIASED_WRITE_UNDER_GRAD" in _split_reasons(backend)
+
+
 def _index_copy_out_of_range_into_an_input_requiring_grad(buf, index, source):
     buf.index_copy_(0, index, source)
 
