@@ -481,8 +481,7 @@ _CALLS[_aliased_inputs_read_after_copy_into_one] = _CALLS[_aliased_inputs_read_a
 def test_copy_with_an_alias_read_after_it_runs_as_eager_where_a_gradient_flows(fn):
     # Tensor.copy_ is a write like ``y[1] = w``: where thunder.jit cannot make the alias again (a reshape that may
     #   copy, an argument sharing storage), the nodes run as eager. Stock gave a wrong gradient, silently (the
-    #   reshape) or a RuntimeError (the aliased arguments); with copy_ a write of the view rebaser and not of the
-    #   splitter, ThunderFX raised NotImplementedError.
+    #   reshape) or a RuntimeError (the aliased arguments); without the splitter's part, stock's wrong gradients.
     backend = _check_value_and_gradients_like_eager(fn)
     assert "ALIASED_WRITE_UNDER_GRAD" in _split_reasons(backend)
 

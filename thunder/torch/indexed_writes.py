@@ -320,6 +320,7 @@ class _ViewRebaser:
         self.bsyms: list[BoundSymbol] = []
         self.rebased = False  # whether any read was changed
         # Tensor.copy_ is a write of its source: ``y[1:3].copy_(w)`` is ``y[1:3] = w``
+        self.copy = ltorch.copy_
         self.indexed_writes = set(ltorch.inplace_indexed_writes) | {ltorch.copy_}
         self.flow = _GradFlow([])
         self.aliases: dict[str, _Alias] = {}  # the tensors that are views or have views, by name
@@ -451,6 +452,14 @@ class _ViewRebaser:
                     finally:
                         self.counting_caller_reads = True
                 except _WriteRefused as refused:
+                    if bsym.sym is self.copy and isinstance(refused.error, NotImplementedError):
+                        # A copy_ it cannot make right (not eager's error: a limit here) is left as it was, stock's
+                        #   lowering: that gives eager's gradient where the reads after it do not reach the copied
+                        #   elements, and raising would fail a program stock runs right; where they do, the
+                        #   gradient is stock's, wrong.
+                        self._emit([bsym])
+                        self._record(bsym)
+                        continue
                     # The write's functional part first: where its own arguments are bad (an index out of
                     #   range), that raises eager's error.
                     self._emit(bsym.subsymbols[:-1])
@@ -698,7 +707,8 @@ def rebase_views_after_differentiable_writes(trace: TraceCtx, alias_tensor_indic
     (``reshape``, ``contiguous``), the written view is not a plain selection of the tensor read after
     (``expand``, ``unfold``, ``real``), or they are arguments that share storage. A write that changes views
     made by ``split``, ``chunk``, ``unbind`` or ``tensor_split`` which are used after it raises eager's
-    ``RuntimeError`` the same way. Writes where no gradient flows (the in-place prims) are left as they are.
+    ``RuntimeError`` the same way. Writes where no gradient flows (the in-place prims) are left as they are,
+    and so is a ``copy_`` that would raise ``NotImplementedError`` (stock's lowering, see ``run``).
     """
     import thunder.torch as ltorch
 
