@@ -59,6 +59,7 @@ Standalone (every program under every backend unless --spread; --stock: stock-vs
   scripts/python-stock tests/test_fuzz_inplace_writes.py --programs 300 --seed 1000
   .venv/bin/python tests/test_fuzz_inplace_writes.py --programs 2000 --seed 100000 --spread --stock  # = -m slow
   ... --backends jit,tfx --exclude index_fill,scatter_reduce -v --show SEED ...
+  ... --forms copy,no_grad ...  # also draw Tensor.copy_ and writes under torch.no_grad() (every program changes)
 Some outcomes depend on iteration order inside Thunder, hence on PYTHONHASHSEED: the standalone run
 sets it to 0 unless given; a repro states the value it was found with.
 """
@@ -66,6 +67,7 @@ sets it to 0 unless given; a repro states the value it was found with.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import linecache
 import logging
@@ -441,6 +443,9 @@ class Generator:
             self.add_input("other", f"_t({tuple(shape2)}, {self.dtype}, {rng.randrange(10**4)}, ints={self.ints})", "buf")
         n_stmts = rng.randint(2, 8)
         kinds = [(WRITES, 0.45), (VIEWS, 0.15), (READS, 0.18), (INTERMEDIATES, 0.08), (WHOLE, 0.09), (BIND_INPLACE, 0.05)]
+        extra_table = {op: f for op, f in EXTRA_FORMS.items() if op in extra_forms()}
+        if extra_table:  # opt in (--forms): with them the programs of every seed change
+            kinds.append((extra_table, 0.15))
         wrote, draws = False, 0
         # Bad input: a write eager rejects, drawn just before the first write (so eager has written
         # nothing when it raises); the lines after it stay, and must not run either.
@@ -461,7 +466,7 @@ class Generator:
             if bad_pending and table in (WRITES, WHOLE, BIND_INPLACE):
                 bad_pending = BAD[self.bad.choice(bad_ops)](self, self.bad.choice(self.targets())) is False
             if table[op](self, target) is not False:
-                wrote |= table is WRITES or table is WHOLE or table is BIND_INPLACE
+                wrote |= table is WRITES or table is WHOLE or table is BIND_INPLACE or table is extra_table
         extra = []
         if rng.random() < 0.15:
             extra.append(rng.choice([v.name for v in self.vars.values() if v.kind in ("view", "buf")]))
@@ -658,6 +663,31 @@ def w_masked_scatter(g, t):
     m = g.mask(s if g.rng.random() < 0.7 else s[-1:])
     v = g.data(s)  # numel >= the number of set mask elements, however the mask broadcasts
     g.inplace("masked_scatter", t, f"{t}.masked_scatter_({m}, {v})", (m, v))
+
+
+def x_copy(g, t):
+    s = list(g.t(t).shape)
+    src = g.data(s if g.rng.random() < 0.6 else s[-1:])  # whole, or broadcast along the leading dims
+    g.inplace("copy", t, f"{t}.copy_({src})", (src,))
+
+
+def x_no_grad_write(g, t):
+    """A write of WRITES or WHOLE made under torch.no_grad(): eager keeps the destination's history."""
+    table = WRITES if g.rng.random() < 0.7 else WHOLE
+    before = len(g.stmts)
+    if table[g.rng.choice(list(table))](g, t) is False or len(g.stmts) != before + 1:
+        del g.stmts[before:]
+        return False
+    stmt = g.stmts[-1]
+    g.stmts[-1] = dataclasses.replace(stmt, kind=f"no_grad_{stmt.kind}", code=f"with torch.no_grad(): {stmt.code}")
+
+
+# Write forms drawn only when asked for (--forms, or FUZZ_FORMS for the stock child): they change every program.
+EXTRA_FORMS = {"copy": x_copy, "no_grad": x_no_grad_write}
+
+
+def extra_forms() -> frozenset[str]:
+    return frozenset(x for x in os.environ.get("FUZZ_FORMS", "").split(",") if x)
 
 
 WRITES = {
@@ -1557,6 +1587,7 @@ def main(argv=None):
     p.add_argument("--repros", type=int, default=5, help="shrunk repros to print (one per distinct failure kind)")
     p.add_argument("--shrink-budget", type=float, default=60.0, help="seconds per shrunk repro")
     p.add_argument("--json", type=Path, default=SUMMARY_JSON)
+    p.add_argument("--forms", default="", help=f"comma-separated extra write forms to draw, of {', '.join(EXTRA_FORMS)}")
     p.add_argument("--exclude", default="", help="comma-separated ops not to generate (e.g. index_fill,scatter_reduce,masked_scatter)")
     p.add_argument("--show", type=int, nargs="*", help="print the programs of these seeds and exit")
     p.add_argument("--stock", action="store_true",
@@ -1567,6 +1598,8 @@ def main(argv=None):
     p.add_argument("-v", "--verbose", action="store_true", help="print each failure as it happens")
     args = p.parse_args(argv)
     exclude = frozenset(x.strip() for x in args.exclude.split(",") if x.strip())
+    if args.forms:
+        os.environ["FUZZ_FORMS"] = args.forms  # read by the generator here and in the stock child
     if exclude - {op for table in TABLES for op in table}:
         p.error(f"unknown ops {sorted(exclude - {op for table in TABLES for op in table})}")
     if args.show is not None:
