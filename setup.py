@@ -20,8 +20,9 @@ pin = patchset.BASE_PIN
 # The torch releases this build is tested with. The base asks for torch>=2.7.1 only, but Thunder 0.2.6
 # (and upstream main) fail to import on torch >= 2.13 (named-tensor methods such as Tensor.align_as are
 # gone), so an unbounded requirement lets pip install a Thunder that cannot be imported.
-# The suite (`make test-torch VERSION=...`) passed on 2.7.1, 2.8.0, 2.9.1 (the pin of `make test`) and 2.10.0.
-TORCH_REQUIREMENT = "torch>=2.7.1,<2.11"
+# The suite (`make test-torch VERSION=...`) passed on 2.7.1, 2.8.0, 2.9.1 (the pin of `make test`), 2.10.0 and
+# 2.11.0.
+TORCH_REQUIREMENT = "torch>=2.7.1,<2.12"
 
 
 def install_requires() -> list[str]:
