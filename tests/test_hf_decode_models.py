@@ -107,6 +107,9 @@ def test_decode_is_one_thunder_segment_per_graph(family):
     decode = hf_models.greedy_decode(model, config, compiled, max_cache_len, steps)
 
     assert decode.tokens == expected.tokens[: len(decode.tokens)]
+    # Under no_grad the cache gets no autograd history (it did when Thunder counted writes under no_grad as
+    #   differentiable: a grad_fn per step, and one more Dynamo graph for the changed requires_grad)
+    assert not any(layer.keys.requires_grad or layer.values.requires_grad for layer in decode.cache.layers)
     reasons = [r.info for info in backend.subgraph_infos for r in (info.split_reasons or [])]
     assert _segments(backend) and all(c == (1, 0) for c in _segments(backend)), (_segments(backend), reasons)
     stats = [thunder.compile_stats(fn) for info in backend.subgraph_infos for fn in info.thunder_compiled_fns]
