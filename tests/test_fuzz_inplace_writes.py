@@ -18,7 +18,8 @@ scatter_reduce_ sum/prod/mean; and returned `.sum()`s). Outcomes:
   OK           equal to eager
   UNSUPPORTED  thunder.jit raised a clear "not supported" error (NotImplementedError or such a
                message) -- acceptable under thunder.jit only: ThunderFX must fall back, not raise
-  MISMATCH     a wrong value in an input (wrong or missing write) or in a returned value
+  MISMATCH     a wrong value in an input (wrong or missing write) or in a returned value, or the call
+               leaves grad mode other than eager leaves it
   CRASH        any other exception
   REGRESSION   stock-vs-patched: stock ran the program right under the same backend, this build
                did not (a MISMATCH, CRASH or UNSUPPORTED here); counted on top of that outcome.
@@ -463,7 +464,7 @@ class Generator:
                 continue
             op = rng.choice(ops)
             target = rng.choice(self.targets())
-            if bad_pending and table in (WRITES, WHOLE, BIND_INPLACE):
+            if bad_pending and (table in (WRITES, WHOLE, BIND_INPLACE) or table is extra_table):
                 bad_pending = BAD[self.bad.choice(bad_ops)](self, self.bad.choice(self.targets())) is False
             if table[op](self, target) is not False:
                 wrote |= table is WRITES or table is WHOLE or table is BIND_INPLACE or table is extra_table
@@ -1076,7 +1077,7 @@ class Outcome:
         if self.category == "MISMATCH":
             head = self.detail.split(" ", 1)[0]
             where = {"input": "an input", "gradient": "a gradient", "raised": "the error kind",
-                     "returned": "a returned value"}.get(head, "a returned value")
+                     "returned": "a returned value", "grad": "the grad mode"}.get(head, "a returned value")
             if self.detail.startswith("returned normally"):
                 where = "no error where eager raises"
             return f"MISMATCH: {where} differs from eager ({self.detail.rsplit('(', 1)[-1]}"
@@ -1141,20 +1142,28 @@ class Observed:
     error: BaseException | None = None
     leaves: dict = field(default_factory=dict)
     grads: list | None = None
+    grad_mode_after: bool = True  # torch.is_grad_enabled() right after the call
 
 
 def observe(program: Program, fn: Callable, grad: bool, catch: bool) -> Observed:
     """fn on fresh inputs (leaves requiring grad under grad backends, then the gradients of
     _loss); catch: an exception is the observation, not raised."""
     inputs, leaves = program.make_inputs(grad)
+    grad_mode = torch.is_grad_enabled()
     try:
-        out = fn(*inputs)
+        try:
+            out = fn(*inputs)
+        finally:
+            # A call that leaves grad mode changed (a cache hit that skips a no_grad region's exit) is an outcome
+            #   of its own; it is restored so that it cannot leak into the gradients below or the next program.
+            grad_mode_after = torch.is_grad_enabled()
+            torch._C._set_grad_enabled(grad_mode)
         grads = HELPERS["_grads"](out, inputs, leaves) if grad else None
     except Exception as e:  # noqa: BLE001 - eager's exceptions are expected outcomes
         if not catch:
             raise
-        return Observed(inputs, error=e, leaves=leaves)
-    return Observed(inputs, out, None, leaves, grads)
+        return Observed(inputs, error=e, leaves=leaves, grad_mode_after=grad_mode_after)
+    return Observed(inputs, out, None, leaves, grads, grad_mode_after)
 
 
 def _error_text(e: BaseException) -> str:
@@ -1166,6 +1175,8 @@ def compare(program: Program, ref: Observed, got: Observed, tolerant: bool = Fal
     exception type (anywhere in its chain) and leave the inputs as eager did, or unchanged."""
     names = [i.name for i in program.arg_inputs()]
     tolerant = tolerant or program.tolerant
+    if got.grad_mode_after != ref.grad_mode_after:
+        return f"grad mode after the call is {got.grad_mode_after}, eager leaves it {ref.grad_mode_after}"
     if ref.error is not None:
         if got.error is None:
             return f"returned normally; eager raised {_error_text(ref.error)}"

@@ -549,6 +549,35 @@ def test_segment_that_runs_eagerly_returns_what_eager_returns():
     assert torch.equal(actual_grad, expected_grad)
 
 
+def _write_then_no_grad_write(buf, index, values):
+    buf[index] = values
+    with torch.no_grad():
+        buf.mul_(2)
+    return buf.sum()
+
+
+def test_no_grad_region_cut_by_an_eager_segment_leaves_grad_mode_as_eager_does():
+    # The eager segment of the write ends inside the no_grad region, so the Thunder segment after it starts with
+    #   the region's exit: on its cache hits grad mode stayed disabled for the caller (fuzz seed 500395).
+    def inputs():
+        leaf, values = torch.arange(6.0, requires_grad=True), torch.tensor([5.0, 7.0], requires_grad=True)
+        return (leaf, values), (leaf * 1, torch.tensor([1, 4]), values)
+
+    expected_leaves, expected_args = inputs()
+    expected = _write_then_no_grad_write(*expected_args)
+    expected_grads = torch.autograd.grad(expected, expected_leaves)
+    compiled, backend = _thunderfx(_write_then_no_grad_write)
+    for call in range(3):
+        actual_leaves, actual_args = inputs()
+        actual = compiled(*actual_args)
+        assert torch.is_grad_enabled(), f"call {call} left grad mode disabled"
+        assert actual.requires_grad, f"call {call}"
+        assert torch.equal(actual, expected) and torch.equal(actual_args[0], expected_args[0])
+        for actual_grad, expected_grad in zip(torch.autograd.grad(actual, actual_leaves), expected_grads):
+            assert torch.equal(actual_grad, expected_grad), f"call {call}"
+    assert "ALIASED_WRITE_UNDER_GRAD" in _split_reasons(backend)
+
+
 def test_write_into_a_view_where_a_gradient_flows_goes_to_inductor():
     x, v = torch.randn(4, 3, requires_grad=True), torch.randn(2, 3, requires_grad=True)
     expected = _write_through_view_where_a_gradient_flows(x, v)
