@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Stock backend (as reported) -> the package's backend run in the stock child.
 STOCK = {"thunderfx-stock": "thunderfx-default", "jit-stock": "jit-default"}
 ORDER = ("eager", "inductor", "thunderfx-stock", "thunderfx-default", "thunderfx-functional", "thunderfx-inductor",
-         "thunderfx-inplace", "thunderfx-torchcompile", "jit-stock", "jit-inplace", "jit-default")
+         "thunderfx-inplace", "thunderfx-torchcompile", "thunderfx-gqa-fold", "jit-stock", "jit-inplace", "jit-default")
 STOCK_TIMEOUT_S = 1500
 # Top-level keys of the JSON, in this order.
 RESULT_KEYS = ("benchmark", "timestamp_utc", "mode", "command", "git_rev", "machine", "patched_env", "stock_env",

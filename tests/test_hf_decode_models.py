@@ -121,3 +121,19 @@ def test_decode_is_one_thunder_segment_per_graph(family):
     for trace in full_size_copies.thunderfx_execution_traces(backend):
         large = full_size_copies.find_large_tensors(trace, full_layer.numel())
         assert len(large) <= len(eager_large), ("\n".join(map(str, large)), "\n".join(map(str, eager_large)))
+
+
+# Uncompiled, Hugging Face's attention folds the query heads of a group into query rows for one query token
+#   (pack_gqa); under a compiler it repeats the key/value heads instead, and Thunder's default rewrite keeps the
+#   bits of that repeat (enable_gqa). grouped_query_attention="fold" makes Thunder's call the uncompiled one.
+@pytest.mark.claims_fix
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
+def test_fold_decodes_with_the_logits_of_eager(family):
+    max_cache_len, steps = 256, 3
+    model, config = hf_models.tiny_decoder(family, max_cache_len, frozen=False)
+    compiled, _ = thunderfx(model, fullgraph=False, grouped_query_attention="fold")
+    eager = hf_models.Decode(model, config, max_cache_len).start()
+    decode = hf_models.Decode(model, config, max_cache_len).start()
+    for step in range(steps):
+        expected, actual = eager.step(model).logits, decode.step(compiled).logits
+        assert torch.equal(actual, expected), f"step {step}: {(actual - expected).abs().max()}"

@@ -98,14 +98,36 @@ def _repeats(trace):
 @pytest.mark.parametrize("form", sorted(_ATTENTIONS))
 def test_fold_makes_no_cache_size_tensor(form, q_len, mask_kind):
     attention = _ATTENTIONS[form]
-    if attention is not _written_out_attention and not CPU_ENABLE_GQA_IS_BITWISE:
-        pytest.skip("scaled_dot_product_attention on CPU is rewritten from torch 2.9 on")
     q, k, v, mask = _inputs(2, 8, 2, q_len, 512, mask_kind)
     if attention is _written_out_attention and mask is not None:
         mask = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
     jitted = thunder.jit(attention, **FOLD)
     torch.testing.assert_close(jitted(q, k, v, mask), attention(q, k, v, mask))
     assert find_large_tensors(thunder.last_traces(jitted)[-1], k.numel()) == []
+
+
+def _hf_eager_decode_attention(q, k, v, mask):
+    # What Hugging Face's sdpa attention runs for one query token when it is not compiled (pack_gqa): the
+    # query heads of a group as query rows, a mask shared by the heads as it is.
+    batch, heads, _, head_dim = q.shape
+    folded = q.reshape(batch, k.shape[1], heads // k.shape[1], head_dim)
+    return F.scaled_dot_product_attention(folded, k, v, attn_mask=mask, scale=0.125).reshape(q.shape)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("mask_kind", ["none", "key_padding"])
+@pytest.mark.parametrize("form", ["hf_repeat_kv", "repeat_interleave"])
+def test_fold_attends_a_decode_step_as_eager_hugging_face_code(form, mask_kind, dtype):
+    # Under a compiler Hugging Face code repeats the heads (the traced program); uncompiled it folds them. The
+    # fold makes Thunder's call the uncompiled one, on CPU too: the model's eager bits, each key/value head
+    # read once (enable_gqa reads it once per query head of its group).
+    q, k, v, mask = _inputs(2, 8, 2, 1, 300, mask_kind, dtype=dtype)
+    jitted = thunder.jit(_ATTENTIONS[form], **FOLD)
+    assert torch.equal(jitted(q, k, v, mask), _hf_eager_decode_attention(q, k, v, mask))
+    trace = thunder.last_traces(jitted)[-1]
+    (attention,) = [b for b in trace.bound_symbols if "scaled_dot" in b.sym.name]
+    assert [tuple(t.shape) for t in attention.args[:3]] == [(2, 2, 4, 64), tuple(k.shape), tuple(v.shape)]
+    assert find_large_tensors(trace, k.numel()) == []
 
 
 @pytest.mark.parametrize("mask_kind", ["bool_shared", "float_per_head", "float_2d"])

@@ -21,11 +21,14 @@ repeated copies among the cache's aliases) as its compile option ``grouped_query
     ``enable_gqa`` (PyTorch's memory-efficient kernel has no grouped-query support), and the math
     fallback would make the whole score matrix.
 ``"fold"``
-    Also, where ``"sdpa"`` does not apply, the ``n_rep`` query heads of a group are folded into the
-    query-length axis, attention runs on the ``kv`` heads, and the result is unfolded:
-    ``scaled_dot_product_attention`` off CPU and the two ``matmul``s of an attention written out (gpt-oss
-    around its attention sinks, Hugging Face's eager attention). The matmul shapes change, and with them
-    the last bits of the result, so it is opt-in.
+    The ``n_rep`` query heads of a group are folded into the query-length axis, attention runs on the
+    ``kv`` heads, and the result is unfolded: ``scaled_dot_product_attention`` (on any device, where the
+    mask folds; elsewhere on CPU as ``"sdpa"``) and the two ``matmul``s of an attention written out
+    (gpt-oss around its attention sinks, Hugging Face's eager attention). For a decode step this is the
+    very call eager Hugging Face code makes when it is not compiled (``pack_gqa``), so a model decodes with
+    its eager bits, and the CPU kernel reads each key/value head once instead of once per query head of
+    the group (``enable_gqa``). The shapes change, and with them the last bits against the attention over
+    the repeated heads that the traced program asks for, so it is opt-in.
 ``"off"``
     Nothing is rewritten.
 
@@ -263,8 +266,8 @@ _SDPA_SIGNATURE = inspect.signature(ltorch.scaled_dot_product_attention.meta)
 
 
 def _sdpa_rewrite(bsym: BoundSymbol, producers: dict[str, BoundSymbol], fold: bool):
-    """``(replacement maker, repeat ops)`` for an attention over repeated heads, or ``None``: to
-    ``enable_gqa=True`` on CPU, else (``fold``) to the folded form."""
+    """``(replacement maker, repeat ops)`` for an attention over repeated heads, or ``None``: to the folded
+    form (``fold``, where the mask folds), else to ``enable_gqa=True`` on CPU."""
     try:
         call = _SDPA_SIGNATURE.bind(*bsym.args, **bsym.kwargs)
     except TypeError:
@@ -279,8 +282,10 @@ def _sdpa_rewrite(bsym: BoundSymbol, producers: dict[str, BoundSymbol], fold: bo
         return None
     on_cpu = isinstance(query, TensorProxy) and query.device.devicetype is devices.DeviceType.CPU
     to_enable_gqa = on_cpu and CPU_ENABLE_GQA_IS_BITWISE
-    # "fold" rewrites scaled_dot_product_attention off CPU only (see the module docstring)
-    if not to_enable_gqa and not (fold and not on_cpu and args["is_causal"] is False and _mask_folds(attn_mask)):
+    # "fold" takes precedence where it applies: on CPU the kernel then reads each key/value head once, where
+    #   with enable_gqa it reads it once per query head of the group.
+    to_fold = fold and args["is_causal"] is False and _mask_folds(attn_mask)
+    if not (to_fold or to_enable_gqa):
         return None
     key_repeat, value_repeat = _find_repeat(key, producers), _find_repeat(value, producers)
     if key_repeat is None or value_repeat is None or not _query_matches(query, key_repeat.grouped, key):
@@ -310,7 +315,7 @@ def _sdpa_rewrite(bsym: BoundSymbol, producers: dict[str, BoundSymbol], fold: bo
         )
         return _unfold(out, query)
 
-    return (gqa_replacement if to_enable_gqa else replacement), key_repeat.repeat_ops + value_repeat.repeat_ops
+    return (replacement if to_fold else gqa_replacement), key_repeat.repeat_ops + value_repeat.repeat_ops
 
 
 def _matmul_rewrite(bsym: BoundSymbol, producers: dict[str, BoundSymbol]):
@@ -346,8 +351,9 @@ class GroupedQueryAttentionTransform(Transform):
     reads stays alive.
 
     Args:
-        fold: also fold query heads into rows where ``enable_gqa`` does not apply (``"fold"``): the
-            matmuls of a written-out attention and attention off CPU; changes the last bits of the result.
+        fold: fold query heads into rows wherever the mask allows (``"fold"``): attention on any device
+            (``enable_gqa`` on CPU where it does not fold) and the matmuls of a written-out attention;
+            changes the last bits of the result against the repeated heads'.
     """
 
     def __init__(self, *, fold: bool = False):

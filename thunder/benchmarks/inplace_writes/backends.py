@@ -1,5 +1,6 @@
 """The backends: eager, Inductor, ThunderFX (per ``inplace_indexed_writes`` policy the build accepts, or
-with its defaults) and ``thunder.jit``; what a Thunder backend's traces say (segments, full-size copies)."""
+with its defaults; with ``torch_compile_ex``; with ``grouped_query_attention="fold"``) and ``thunder.jit``;
+what a Thunder backend's traces say (segments, full-size copies)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ BACKEND_ORDER = (
     "thunderfx-inductor",
     "thunderfx-inplace",
     "thunderfx-torchcompile",
+    "thunderfx-gqa-fold",
     "jit-default",
     "jit-inplace",
 )
@@ -105,6 +107,16 @@ class Backends:
                     pass
         return self._jit_inplace
 
+    @staticmethod
+    def gqa_fold() -> bool:
+        """Whether the build has the grouped-query rewrite, whose ``"fold"`` attends a decode step as uncompiled
+        Hugging Face code does (``thunderfx-gqa-fold``)."""
+        try:
+            import thunder.transforms.grouped_query_attention  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
     def resolve(self, wanted: list[str] | None) -> list[str]:
         """Backend keys to run, in report order. ``None``: eager, Inductor, ThunderFX with each policy the
         build accepts (``thunderfx-default`` if none) and ``thunder.jit`` (``"inplace"`` if accepted).
@@ -112,7 +124,8 @@ class Backends:
         jit = "jit-inplace" if self.jit_inplace() else "jit-default"
         if wanted is None:
             fx = [f"thunderfx-{p}" for p in self.fx_policies()] or ["thunderfx-default"]
-            wanted = ["eager", "inductor", *fx, "thunderfx-torchcompile", jit]
+            fold = ["thunderfx-gqa-fold"] if self.gqa_fold() else []
+            wanted = ["eager", "inductor", *fx, "thunderfx-torchcompile", *fold, jit]
         keys = {jit if k == "jit" else k for k in wanted}
         unknown = keys - set(BACKEND_ORDER)
         if unknown:
@@ -133,6 +146,13 @@ class Backends:
             from thunder.executors.torch_compile import torch_compile_ex
 
             backend = ThunderCompiler(executors=[torch_compile_ex, *thunder.get_default_executors()])
+            return Compiled(torch.compile(fn, backend=backend, dynamic=dynamic), fx_backend=backend)
+        if key == "thunderfx-gqa-fold":
+            from thunder.dynamo import ThunderCompiler
+
+            if not self.gqa_fold():
+                raise Unavailable("unavailable in this build (no grouped-query rewrite)")
+            backend = ThunderCompiler(grouped_query_attention="fold")
             return Compiled(torch.compile(fn, backend=backend, dynamic=dynamic), fx_backend=backend)
         if key.startswith("thunderfx-"):
             from thunder.dynamo import ThunderCompiler

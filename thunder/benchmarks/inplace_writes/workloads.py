@@ -432,7 +432,7 @@ WORKLOADS = {
             (4096, 65_536),
             RepConfig(2, 3, 200, 1.0),
             RepConfig(2, 3, 30, 0.3),
-            skip=("thunderfx-torchcompile",),
+            skip=("thunderfx-torchcompile", "thunderfx-gqa-fold"),
         ),
         Workload(
             "token_pool",
@@ -444,7 +444,7 @@ WORKLOADS = {
             RepConfig(0, 3, 30, 1.5),
             RepConfig(0, 3, 8, 0.5),
             quick_skip=("jit-", "thunderfx-functional"),
-            skip=("thunderfx-torchcompile",),
+            skip=("thunderfx-torchcompile", "thunderfx-gqa-fold"),
         ),
         # A layout variant of (b), for ThunderFX.
         Workload(
@@ -457,7 +457,7 @@ WORKLOADS = {
             RepConfig(0, 3, 30, 1.5),
             RepConfig(0, 3, 8, 0.5),
             in_quick=False,
-            skip=("jit-", "thunderfx-torchcompile"),
+            skip=("jit-", "thunderfx-torchcompile", "thunderfx-gqa-fold"),
         ),
         Workload(
             "hf_llama",
@@ -468,7 +468,7 @@ WORKLOADS = {
             (4096,),
             RepConfig(1, 3, 20, 1.5),
             RepConfig(1, 3, 6, 0.5),
-            quick_skip=("thunderfx-functional", "thunderfx-torchcompile"),
+            quick_skip=("thunderfx-functional", "thunderfx-torchcompile", "thunderfx-gqa-fold"),
             plotted=False,
             not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),),
         ),
@@ -482,7 +482,7 @@ WORKLOADS = {
             RepConfig(1, 3, 20, 1.5),
             RepConfig(1, 3, 6, 0.5),
             in_quick=False,
-            quick_skip=("thunderfx-functional", "thunderfx-torchcompile"),
+            quick_skip=("thunderfx-functional", "thunderfx-torchcompile", "thunderfx-gqa-fold"),
             plotted=False,
             not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),),
         ),
@@ -496,7 +496,7 @@ WORKLOADS = {
             RepConfig(1, 3, 20, 1.5),
             RepConfig(1, 3, 6, 0.5),
             in_quick=False,
-            quick_skip=("thunderfx-functional", "thunderfx-torchcompile"),
+            quick_skip=("thunderfx-functional", "thunderfx-torchcompile", "thunderfx-gqa-fold"),
             plotted=False,
             not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),),
         ),
@@ -511,7 +511,7 @@ WORKLOADS = {
                 RepConfig(1, 3, 20, 1.5),
                 RepConfig(1, 3, 6, 0.5),
                 in_quick=False,
-                quick_skip=("thunderfx-functional", "thunderfx-torchcompile"),
+                quick_skip=("thunderfx-functional", "thunderfx-torchcompile", "thunderfx-gqa-fold"),
                 plotted=False,
                 not_run=(("jit-", "thunder.jit is not run on the HF model (ThunderFX only)"),),
             )
