@@ -95,3 +95,38 @@ def describe_split(backend) -> str:
                     kwargs = "".join(f", {k}={_format_arg(v)}" for k, v in n.kwargs.items())
                     lines.append(f"    {n.name} = {_format_target(n)}({args}{kwargs})")
     return "\n".join(lines)
+
+
+_STOCK_PROBE = """
+import torch
+from thunder.dynamo import ThunderCompiler
+
+def write(buf, loc, k):
+    buf[loc] = k
+    return buf.sum()
+
+buf = torch.zeros(8, 2)
+torch.compile(write, backend=ThunderCompiler())(buf, torch.tensor([3]), torch.ones(1, 2))
+assert buf[3].eq(1).all()
+"""
+
+
+def stock_thunderfx_error() -> str | None:
+    """None when the pristine base (scripts/python-stock) runs a one-write graph under ThunderFX on this
+    torch; else the last line of its error. Stock 0.2.6 fails on torch releases newer than it (2.12: the
+    split GraphModule's submodules are made lazily; 2.13: it does not import), so an A/B against stock can
+    only say that stock does not run there."""
+    import os
+    import subprocess
+
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "python-stock"), "-c", _STOCK_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    if proc.returncode == 0:
+        return None
+    lines = (proc.stderr or proc.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit status {proc.returncode}"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from _support import REPO
+from _support import REPO, stock_thunderfx_error
 
 PATCHED_THUNDER_BACKENDS = {"thunderfx-inplace", "thunderfx-inductor", "jit-inplace"}
 
@@ -36,8 +36,14 @@ def test_quick_benchmark_is_correct_and_patched_backends_copy_nothing(tmp_path: 
     by_backend = {r["backend"] for r in rows}
     assert {"eager", "inductor", "thunderfx-stock", "thunderfx-functional"} <= by_backend
     assert PATCHED_THUNDER_BACKENDS <= by_backend
+    # Only on a torch release where stock's ThunderFX fails outright (checked apart from the benchmark) may a
+    # stock row be a failure; the rows stock does run are held to the same standard as everywhere.
+    stock_error = stock_thunderfx_error()
     for row in rows:
         if row["status"] == "n/a":
+            continue
+        if stock_error is not None and row.get("process") == "stock" and row["status"] != "ok":
+            print(f"{row['workload']} {row['size']} {row['backend']}: stock does not run on this torch ({stock_error})")
             continue
         where = f"{row['workload']} {row['size']} {row['backend']}"
         assert row["status"] == "ok", f"{where}: {row['status']} {row.get('correct_detail')}"

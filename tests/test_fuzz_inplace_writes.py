@@ -18,6 +18,9 @@ scatter_reduce_ sum/prod/mean; and returned `.sum()`s). Outcomes:
   OK           equal to eager
   UNSUPPORTED  thunder.jit raised a clear "not supported" error (NotImplementedError or such a
                message) -- acceptable under thunder.jit only: ThunderFX must fall back, not raise
+  AS_DYNAMO    ThunderFX raised what Dynamo itself raises while it captures the graph (plain
+               torch.compile does the same, with any backend): some torch releases (2.13) reject a bad
+               index_copy_ with their own RuntimeError before a backend sees the graph; counted apart
   MISMATCH     a wrong value in an input (wrong or missing write) or in a returned value, or the call
                leaves grad mode other than eager leaves it
   CRASH        any other exception
@@ -1054,7 +1057,7 @@ if DEVICE != "cpu":
 # Running and comparing
 # ----------------------------------------------------------------------------------------------
 
-OUTCOMES = ["OK", "UNSUPPORTED", "AS_INDUCTOR", "MISMATCH", "CRASH", "REGRESSION", "n/a"]
+OUTCOMES = ["OK", "UNSUPPORTED", "AS_INDUCTOR", "AS_DYNAMO", "MISMATCH", "CRASH", "REGRESSION", "n/a"]
 # Stock-vs-patched: the backend stock runs for one that takes this fix's options (stock has none): the
 # default path a user of stock would take.
 STOCK_EQUIVALENT = {"jit_functional": "jit", "tfx_inductor": "tfx", "tfx_functional": "tfx"}
@@ -1226,6 +1229,17 @@ def _behaves_as_inductor(program: Program, got: Observed) -> bool:
     return not compare(program, inductor, got, True)
 
 
+def _raises_as_dynamo(program: Program, got: Observed, grad: bool) -> bool:
+    """Whether Dynamo with no compiler behind it (backend="eager") raises the exception type ``got`` raised:
+    then the error is Dynamo's graph capture, the same under every torch.compile backend, not Thunder's."""
+    torch._dynamo.reset()
+    try:
+        dynamo = observe(program, torch.compile(program.function(), backend="eager"), grad, catch=True)
+    finally:
+        torch._dynamo.reset()
+    return dynamo.error is not None and got.error is not None and type(dynamo.error) is type(got.error)
+
+
 def run_eager(program: Program, grad: bool = False) -> Observed:
     return observe(program, program.function(), grad, catch=True)
 
@@ -1243,6 +1257,8 @@ def run_backend(program: Program, backend: Backend, eager: Observed | None = Non
                 category, detail = classify_exception(got.error, backend)
                 if category == "UNSUPPORTED":
                     return Outcome(program.seed, backend.name, category, detail)
+                if backend.kind == "thunderfx" and _raises_as_dynamo(program, got, backend.grad):
+                    return Outcome(program.seed, backend.name, "AS_DYNAMO", f"{diff} ({call})")
             if (
                 diff
                 and backend.options.get("inplace_indexed_writes") == "inductor"

@@ -1,16 +1,21 @@
-"""The wheel declares the torch range it is tested with, so that `pip install .` in a fresh environment
-gets a Thunder that imports (the base's own `torch>=2.7.1` let pip pick torch 2.14, where Thunder fails
-at import)."""
+"""The wheel declares the torch range the suite passed on, so that `pip install .` in a fresh environment
+neither replaces a torch this Thunder works with nor installs one it fails on (the base's own
+`torch>=2.7.1` let pip pick torch 2.14, where stock Thunder fails at import)."""
 
 from __future__ import annotations
 
 import ast
 import importlib.metadata
-from pathlib import Path
 
 from packaging.requirements import Requirement
 
 from _support import REPO
+
+# `make test-torch VERSION=...` on the full series (README, "Limits"): the suite passed on these ...
+PASSED = ("2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1")
+# ... and failed on these (each one or more torch_compile_ex programs under grad: Dynamo's own refusals and
+# wrong values, pytorch/pytorch#197893; setup.py names them).
+FAILED = ("2.13.0", "2.14.1", "2.15.0")
 
 
 def _declared_requirements() -> list[Requirement]:
@@ -19,10 +24,12 @@ def _declared_requirements() -> list[Requirement]:
     return [Requirement(assign.value.value)]
 
 
-def test_torch_requirement_admits_the_tested_torch_and_excludes_the_ones_thunder_cannot_import():
+def test_torch_requirement_is_exactly_the_releases_the_suite_passed_on():
     (torch_req,) = _declared_requirements()
     assert torch_req.name == "torch"
-    tested = importlib.metadata.version("torch").split("+")[0]
-    assert torch_req.specifier.contains(tested), (str(torch_req), tested)
-    for unimportable in ("2.13.0", "2.14.1", "2.15.0"):
-        assert not torch_req.specifier.contains(unimportable), (str(torch_req), unimportable)
+    running = importlib.metadata.version("torch").split("+")[0]
+    assert torch_req.specifier.contains(running), (str(torch_req), running)
+    for passed in PASSED:
+        assert torch_req.specifier.contains(passed), (str(torch_req), passed)
+    for failed in FAILED:
+        assert not torch_req.specifier.contains(failed), (str(torch_req), failed)
