@@ -1331,22 +1331,30 @@ def test_gradients_through_writes_match_eager(case, entry):
     torch.testing.assert_close(torch.autograd.grad(out, (x, v), cotangent, allow_unused=True), expected)
 
 
-@pytest.mark.parametrize(
-    "fn",
-    [
-        lambda x, i, v: (x * 1).scatter_(0, i, v, reduce="add"),
-        lambda x, i, v: torch.scatter(x, 0, i, v, reduce="multiply"),
-    ],
-    ids=["scatter_reduce_arg_", "scatter_reduce_arg"],
-)
-def test_write_without_grad_rule_raises_where_a_gradient_may_flow(fn):
-    x = torch.randn(4, 3, requires_grad=True)
-    i, v = tensor_([[0, 1, 3]]), torch.randn(1, 3)
-    with pytest.raises(NotImplementedError, match="gradient may flow"):
-        thunder.jit(fn)(x, i, v)
+_SCATTER_WITH_REDUCE_CASES = {
+    "scatter_reduce_arg_": lambda x, i, v: (x * 1).scatter_(0, i, v, reduce="add"),
+    "scatter_reduce_arg_value_": lambda x, i, v: (x * 1).scatter_(0, i, 2.0, reduce="multiply"),
+    "scatter_reduce_arg": lambda x, i, v: torch.scatter(x, 0, i, v, reduce="multiply"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_SCATTER_WITH_REDUCE_CASES))
+@pytest.mark.parametrize("entry", ["jit", "thunderfx"])
+def test_scatter_with_reduce_runs_its_forward_and_raises_in_backward_as_eager(case, entry):
+    # Eager has no derivative for scatter's deprecated `reduce=` (grad_fn NotImplemented): the forward runs where
+    #   a gradient may flow, and the backward raises when it reaches the op.
+    fn = _SCATTER_WITH_REDUCE_CASES[case]
+    x, i, v = torch.randn(4, 3, requires_grad=True), tensor_([[0, 1, 3]]), torch.randn(1, 3, requires_grad=True)
+    expected = fn(x, i, v)
+    with pytest.raises(RuntimeError, match="derivative for aten::scatter_? is not implemented") as eager_error:
+        torch.autograd.grad(expected.sum(), (x, v), allow_unused=True)
+    out = _outcome(lambda: _compile(fn, entry)(x, i, v))
+    assert isinstance(out, torch.Tensor), f"the forward raised where eager's runs: {out!r}"
+    assert torch.equal(out, expected)
+    got = _outcome(lambda: torch.autograd.grad(out.sum(), (x, v), allow_unused=True))
+    assert type(got) is RuntimeError and str(got) == str(eager_error.value), got
     with torch.no_grad():
-        expected = fn(x, i, v)
-        assert torch.equal(thunder.jit(fn)(x, i, v), expected)
+        assert torch.equal(thunder.jit(fn)(x, i, v), fn(x, i, v))
 
 
 # ----------------------------------------------------------------------------------------------

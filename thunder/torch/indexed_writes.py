@@ -311,6 +311,28 @@ raise_when_reached = Symbol(
 )
 
 
+def _raise_in_backward_meta(grad: TensorProxy, like: TensorProxy, message: str, /) -> TensorProxy:
+    return TensorProxy(like=like)
+
+
+def raise_in_backward_impl(grad: torch.Tensor, like: torch.Tensor, message: str, /) -> None:
+    raise RuntimeError(message)
+
+
+# The gradient of ``like`` through an op eager has no derivative for (its grad_fn is ``NotImplemented``): eager
+#   runs the forward and raises ``RuntimeError(message)`` when a backward reaches the op, so this symbol stands
+#   for that gradient in Thunder's backward and raises when the backward runs it. ``grad`` (the cotangent of the
+#   op's output) ties it to the backward; the forward never holds it.
+raise_in_backward = Symbol(
+    name="raise_in_backward",
+    id="thunder.torch.indexed_writes.raise_in_backward",
+    meta=_raise_in_backward_meta,
+    is_prim=True,
+    python_impl=raise_in_backward_impl,
+    _print_as_impl=True,
+)
+
+
 class _ViewRebaser:
     def __init__(self, trace: TraceCtx, alias_tensor_indices: list[list[int]]):
         import thunder.torch as ltorch
