@@ -311,18 +311,23 @@ raise_when_reached = Symbol(
 )
 
 
-def _raise_in_backward_meta(grad: TensorProxy, like: TensorProxy, message: str, /) -> TensorProxy:
-    return TensorProxy(like=like)
+def _raise_in_backward_meta(
+    grad: TensorProxy, shape: tuple, dtype: dtypes.dtype, device: devices.Device, message: str, /
+) -> TensorProxy:
+    return TensorProxy(shape=shape, device=device, dtype=dtype)
 
 
-def raise_in_backward_impl(grad: torch.Tensor, like: torch.Tensor, message: str, /) -> None:
+def raise_in_backward_impl(grad: torch.Tensor, shape: tuple, dtype, device, message: str, /) -> None:
     raise RuntimeError(message)
 
 
-# The gradient of ``like`` through an op eager has no derivative for (its grad_fn is ``NotImplemented``): eager
-#   runs the forward and raises ``RuntimeError(message)`` when a backward reaches the op, so this symbol stands
-#   for that gradient in Thunder's backward and raises when the backward runs it. ``grad`` (the cotangent of the
-#   op's output) ties it to the backward; the forward never holds it.
+# The gradient (of the given shape, dtype and device) of an input of an op eager has no derivative for (its
+#   grad_fn is ``NotImplemented``): eager runs the forward and raises ``RuntimeError(message)`` when a backward
+#   reaches the op, so this symbol stands for that gradient and raises when the backward runs it. It takes the
+#   cotangent of the op's output, ``grad``, so that the grad split places it in the backward; it takes the
+#   input's metadata, not the input, so that the forward saves nothing for it.
+#   Limit: Thunder's backward gets a cotangent (zeros) for every output, so where a function returns the op's
+#   result and another output and the backward starts from the other one only, this raises where eager does not.
 raise_in_backward = Symbol(
     name="raise_in_backward",
     id="thunder.torch.indexed_writes.raise_in_backward",
