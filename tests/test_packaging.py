@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 
 from _support import REPO
 
-# `make test-torch VERSION=...` on the full series (README, "Limits"): the suite passed on these ...
+# `make test-torch VERSION=...` (README, "Limits", says when and on how many patches): the suite passed on these ...
 PASSED = ("2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1")
 # ... and failed on these (each one or more torch_compile_ex programs under grad: Dynamo's own refusals and
 # wrong values, pytorch/pytorch#197893; setup.py names them).
