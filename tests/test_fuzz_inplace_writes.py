@@ -21,6 +21,10 @@ scatter_reduce_ sum/prod/mean; and returned `.sum()`s). Outcomes:
   AS_DYNAMO    ThunderFX raised what Dynamo itself raises while it captures the graph (plain
                torch.compile does the same, with any backend): some torch releases (2.13) reject a bad
                index_copy_ with their own RuntimeError before a backend sees the graph; counted apart
+  AS_SAVED_COPY  grad backends: eager's backward raised "modified by an inplace operation" (a tensor it saved
+               was written in place later) and the backend computed the gradients instead (Thunder saves a
+               copy), equal to eager's under torch.autograd.graph.allow_mutation_on_saved_tensors(), the
+               mode in which eager saves copies too; counted apart: not eager's outcome, checked all the same
   MISMATCH     a wrong value in an input (wrong or missing write) or in a returned value, or the call
                leaves grad mode other than eager leaves it
   CRASH        any other exception
@@ -1057,7 +1061,7 @@ if DEVICE != "cpu":
 # Running and comparing
 # ----------------------------------------------------------------------------------------------
 
-OUTCOMES = ["OK", "UNSUPPORTED", "AS_INDUCTOR", "AS_DYNAMO", "MISMATCH", "CRASH", "REGRESSION", "n/a"]
+OUTCOMES = ["OK", "UNSUPPORTED", "AS_INDUCTOR", "AS_DYNAMO", "AS_SAVED_COPY", "MISMATCH", "CRASH", "REGRESSION", "n/a"]
 # Stock-vs-patched: the backend stock runs for one that takes this fix's options (stock has none): the
 # default path a user of stock would take.
 STOCK_EQUIVALENT = {"jit_functional": "jit", "tfx_inductor": "tfx", "tfx_functional": "tfx"}
@@ -1240,6 +1244,19 @@ def _raises_as_dynamo(program: Program, got: Observed, grad: bool) -> bool:
     return dynamo.error is not None and got.error is not None and type(dynamo.error) is type(got.error)
 
 
+def _refuses_a_backward_over_a_written_saved_tensor(ref: Observed) -> bool:
+    return isinstance(ref.error, RuntimeError) and "modified by an inplace operation" in str(ref.error)
+
+
+def _as_eager_saving_copies(program: Program, got: Observed, tolerant: bool) -> bool:
+    """Whether ``got`` is what eager computes when it saves copies of the tensors its backward needs
+    (``allow_mutation_on_saved_tensors``): asked only where eager's own backward refused a written saved
+    tensor and the backend returned."""
+    with torch.autograd.graph.allow_mutation_on_saved_tensors():
+        copying = observe(program, program.function(), True, catch=True)
+    return copying.error is None and not compare(program, copying, got, tolerant)
+
+
 def run_eager(program: Program, grad: bool = False) -> Observed:
     return observe(program, program.function(), grad, catch=True)
 
@@ -1267,6 +1284,14 @@ def run_backend(program: Program, backend: Backend, eager: Observed | None = Non
                 # A backend that gives writes to Inductor by design (the "inductor" option) gets Inductor's
                 # bounds checks: counted apart, named in the docs' limits, not taken for eager's outcome.
                 return Outcome(program.seed, backend.name, "AS_INDUCTOR", f"{diff} ({call})")
+            if (
+                diff
+                and backend.grad
+                and got.error is None
+                and _refuses_a_backward_over_a_written_saved_tensor(ref)
+                and _as_eager_saving_copies(program, got, backend.inductor)
+            ):
+                return Outcome(program.seed, backend.name, "AS_SAVED_COPY", f"{diff} ({call})")
             if diff:
                 return Outcome(program.seed, backend.name, "MISMATCH", f"{diff} ({call})")
     except Exception as e:  # noqa: BLE001 - every exception is an outcome here
@@ -1434,10 +1459,10 @@ class Campaign:
         """Per backend: programs, each outcome, REGRESSION (stock right, patched not; only after
         add_stock) and STOCK_TOO (failures stock has as well)."""
         counts, shared = self.counts(), Counter(o.backend for o in self.stock_shared)
-        lines = [f"{'backend':<20}{'programs':>9}" + "".join(f"{c:>12}" for c in [*OUTCOMES, "STOCK_TOO"])]
+        lines = [f"{'backend':<20}{'programs':>9}" + "".join(f"{c:>14}" for c in [*OUTCOMES, "STOCK_TOO"])]
         for b, c in counts.items():
             n = sum(v for k, v in c.items() if k != "REGRESSION")
-            lines.append(f"{b:<20}{n:>9}" + "".join(f"{c.get(k, 0):>12}" for k in OUTCOMES) + f"{shared[b]:>12}")
+            lines.append(f"{b:<20}{n:>9}" + "".join(f"{c.get(k, 0):>14}" for k in OUTCOMES) + f"{shared[b]:>14}")
         return "\n".join(lines)
 
     def summary(self, max_repros: int = 5, shrink_budget_s: float = 60.0) -> str:
