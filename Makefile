@@ -11,11 +11,11 @@ BASE    ?= 0.2.6
 setup:
 	bash scripts/setup.sh
 
-# The README's test command; .ci/run calls exactly this. The suite (the series' upstream-layout tests in
-# the composed tree, then tests/) on the 0.2.6 build, then on the series composed on upstream main.
+# The README's test command; .ci/run calls exactly this. Lint, then the suite (the series' upstream-layout
+# tests in the composed tree, then tests/) on the 0.2.6 build and on the series composed on upstream main,
+# the two side by side (scripts/test.sh).
 test: setup
-	status=0; bash scripts/lint.sh || status=1; bash scripts/run-tests.sh 0.2.6 -q -m "not slow" || status=1; \
-	echo "== on upstream main"; bash scripts/run-tests.sh main -q -m "not slow" || status=1; exit $$status
+	bash scripts/test.sh
 
 # The suite on upstream main only.
 test-main: setup
