@@ -13,14 +13,17 @@
     STOCK_BASE=main (so scripts/python-stock is pristine main).
 
 One line per prefix/base, then one summary line; exits non-zero on any failure. Composed trees are reused
-while their inputs are unchanged (patchset's stamps); logs go to build/check-series/logs/.
+while their inputs are unchanged (patchset's stamps); logs go to build/check-series/logs/. Prefixes (and the
+PRs' ends) are checked `--jobs` at a time (default: the machine's cores, at most 4): each is a pytest child
+process spending most of its time in single-threaded tracing, so 2 cores check two at once.
 
-    scripts/check_series.py [--only 0.2.6|main] [--upto N] [-- PYTEST_ARGS for the tests/ run on main]
+    scripts/check_series.py [--only 0.2.6|main] [--upto N] [--from N] [--jobs J] [-- PYTEST_ARGS for tests/ on main]
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import re
 import subprocess
@@ -149,45 +152,58 @@ def check_tree(label: str, tree: Path, selected, base: patchset.Base) -> tuple[b
     return ok, text, counts
 
 
-def check_prefixes(upto: int | None, first: int = 1) -> tuple[int, int]:
+def _in_order(items: list, check, jobs: int) -> int:
+    """Run `check(item) -> (ok, line)` over the items, `jobs` at a time (each one is mostly a pytest child
+    process), print each line in the items' order as soon as it and those before it are done; -> how many ok."""
+    good = 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for ok, line in pool.map(check, items):
+            good += ok
+            print(line, flush=True)
+    return good
+
+
+def _check_prefix(base: patchset.Base, n: int, k: int) -> tuple[bool, str]:
+    t0 = time.monotonic()
+    selected = patchset.resolved_series(base, k)
+    name = selected[-1][0].name
+    label = f"{base.key}-{k:02d}"
+    try:
+        tree = patchset.compose(OUT / label, base=base, upto=k, quiet=True)
+    except patchset.PatchSetError as e:
+        return False, f"{base.key} prefix {k}/{n} {name}: compose FAILED: {str(e).splitlines()[0]}"
+    ok, text, _ = check_tree(label, tree, selected, base)
+    return ok, f"{base.key} prefix {k}/{n} {name[:40]}: {text} [{time.monotonic() - t0:.0f} s]"
+
+
+def check_prefixes(upto: int | None, first: int = 1, jobs: int = 1) -> tuple[int, int]:
     base = patchset.get_base(patchset.DEFAULT_BASE)
+    base.ensure_pristine()  # once, before the prefixes compose from it side by side
     n = len(patchset.read_series())
     last = n if upto is None else min(upto, n)
-    good = 0
-    for k in range(first, last + 1):
-        t0 = time.monotonic()
-        selected = patchset.resolved_series(base, k)
-        name = selected[-1][0].name
-        label = f"{base.key}-{k:02d}"
-        try:
-            tree = patchset.compose(OUT / label, base=base, upto=k, quiet=True)
-        except patchset.PatchSetError as e:
-            print(f"{base.key} prefix {k}/{n} {name}: compose FAILED: {str(e).splitlines()[0]}", flush=True)
-            continue
-        ok, text, _ = check_tree(label, tree, selected, base)
-        good += ok
-        print(f"{base.key} prefix {k}/{n} {name[:40]}: {text} [{time.monotonic() - t0:.0f} s]", flush=True)
+    good = _in_order(list(range(first, last + 1)), lambda k: _check_prefix(base, n, k), jobs)
     return good, last - first + 1
 
 
-def check_pr_prefixes() -> tuple[int, int]:
+def _check_pr_end(base: patchset.Base, name: str, upto: int) -> tuple[bool, str]:
+    t0 = time.monotonic()
+    label = f"main-pr-{name}"
+    try:
+        selected = patchset.resolved_series(base, upto)
+        tree = patchset.compose(OUT / label, base=base, upto=upto, quiet=True)
+    except patchset.PatchSetError as e:
+        return False, f"main PR {name} (patches 1..{upto}): compose FAILED: {str(e).splitlines()[0]}"
+    ok, text, _ = check_tree(label, tree, selected, base)
+    return ok, f"main PR {name} (patches 1..{upto}): {text} [{time.monotonic() - t0:.0f} s]"
+
+
+def check_pr_prefixes(jobs: int = 1) -> tuple[int, int]:
     """Upstream main at the last patch of each PR but the last (patches/prs): compose, import and the tests
     that exist there, as for a 0.2.6 prefix. The last PR is the whole series, which check_main checks."""
     base = patchset.get_base("main")
+    base.ensure_pristine()
     prs = series_tests.pull_requests()[:-1]
-    good = 0
-    for name, upto in prs:
-        t0 = time.monotonic()
-        label = f"main-pr-{name}"
-        try:
-            selected = patchset.resolved_series(base, upto)
-            tree = patchset.compose(OUT / label, base=base, upto=upto, quiet=True)
-        except patchset.PatchSetError as e:
-            print(f"main PR {name} (patches 1..{upto}): compose FAILED: {str(e).splitlines()[0]}", flush=True)
-            continue
-        ok, text, _ = check_tree(label, tree, selected, base)
-        good += ok
-        print(f"main PR {name} (patches 1..{upto}): {text} [{time.monotonic() - t0:.0f} s]", flush=True)
+    good = _in_order(prs, lambda pr: _check_pr_end(base, *pr), jobs)
     return good, len(prs)
 
 
@@ -227,17 +243,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upto", type=int, help="0.2.6: check prefixes 1..N only")
     parser.add_argument("--from", dest="first", type=int, default=1, help="0.2.6: start at prefix N")
     parser.add_argument("--no-pr-prefixes", action="store_true", help="main: only the whole series, not each PR's end")
+    parser.add_argument(
+        "--jobs", type=int, default=min(os.cpu_count() or 1, 4), help="prefixes checked side by side (default: the cores, at most 4)"
+    )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments for the tests/ run on main")
     args = parser.parse_args(argv)
     t0 = time.monotonic()
     parts, ok = [], True
     try:
         if args.only in (None, patchset.DEFAULT_BASE):
-            good, total = check_prefixes(args.upto, args.first)
+            good, total = check_prefixes(args.upto, args.first, args.jobs)
             ok &= good == total
             parts.append(f"{patchset.DEFAULT_BASE} prefixes {good}/{total} ok")
         if args.only in (None, "main") and not args.no_pr_prefixes:
-            good, total = check_pr_prefixes()
+            good, total = check_pr_prefixes(args.jobs)
             ok &= good == total
             parts.append(f"main at the PRs' ends {good}/{total} ok")
         if args.only in (None, "main"):
