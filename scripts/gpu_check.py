@@ -9,6 +9,7 @@ the nvFuser-on-CUDA tests of thunder/tests/test_inplace_indexed_writes_fusion.py
   rematerialization  a fused read of the destination is not recomputed after the write
   cse                the same expression of the destination before and after a write is not merged
   clone_2793         `y = x.clone(); y[i] = v` leaves x alone and y no alias of x (upstream #2793)
+  diagonal_view      a write through `diagonal` (a gather in Thunder) lands in its base (0062), jit and ThunderFX
   cudagraph_decode   a decode step (index_copy_ into the KV cache, then attention scores) under Thunder's
                      CUDAGraphTransform: the write lands in the caller's cache, step after step, not in a static copy
 
@@ -44,6 +45,7 @@ CHECKS = {
     "rematerialization": "test_fused_read_is_not_rematerialized_after_the_write_nvfuser_cuda",
     "cse": "test_reads_on_either_side_of_a_write_are_not_merged_nvfuser_cuda",
     "clone_2793": "test_write_into_a_clone_leaves_the_input_alone_nvfuser_cuda",
+    "diagonal_view": "test_write_through_a_diagonal_lands_in_its_base_nvfuser_cuda",
     "cudagraph_decode": "test_decode_step_under_cuda_graphs_writes_the_callers_cache",
 }
 
@@ -101,7 +103,7 @@ def _fuzz(tree: Path, programs: int, seed: int, seconds: float, keep: Path | Non
         summary.unlink(missing_ok=True)
         cmd = [sys.executable, "-W", "ignore", str(ROOT / "tests" / "test_fuzz_inplace_writes.py"), "--programs",
                str(programs), "--seed", str(seed), "--spread", "--stock", "--repros", "3", "--shrink-budget", "10",
-               "--seconds", str(seconds), "--json", str(summary)]
+               "--seconds", str(seconds), "--json", str(summary), "--forms", "diagonal"]
         env = dict(os.environ, FUZZ_DEVICE="cuda", PYTHONPATH=_pythonpath(tree), PYTHONHASHSEED="0")
         subprocess.run(cmd, cwd=ROOT, env=env)
         if not summary.exists():

@@ -67,7 +67,8 @@ Standalone (every program under every backend unless --spread; --stock: stock-vs
   scripts/python-stock tests/test_fuzz_inplace_writes.py --programs 300 --seed 1000
   .venv/bin/python tests/test_fuzz_inplace_writes.py --programs 2000 --seed 100000 --spread --stock  # = -m slow
   ... --backends jit,tfx --exclude index_fill,scatter_reduce -v --show SEED ...
-  ... --forms copy,no_grad ...  # also draw Tensor.copy_ and writes under torch.no_grad() (every program changes)
+  ... --forms copy,no_grad,diagonal ...  # also draw Tensor.copy_, writes under torch.no_grad() and writes
+                                        # through diagonal views (every program changes)
 Some outcomes depend on iteration order inside Thunder, hence on PYTHONHASHSEED: the standalone run
 sets it to 0 unless given; a repro states the value it was found with.
 """
@@ -690,8 +691,20 @@ def x_no_grad_write(g, t):
     g.stmts[-1] = dataclasses.replace(stmt, kind=f"no_grad_{stmt.kind}", code=f"with torch.no_grad(): {stmt.code}")
 
 
+def x_diagonal_write(g, t):
+    """A write through a diagonal view: Thunder's diagonal is a gather, and a fusion that made it wrote into a
+    copy (0062). The view stays a variable, so later lines may read or write through it too."""
+    s = g.t(t).shape
+    if len(s) < 2:
+        return False
+    d1, d2 = (0, 1) if len(s) == 2 or g.rng.random() < 0.5 else (g.rng.choice([0, 1]), 2)
+    offsets = [0] + ([1] if s[d2] > 1 else []) + ([-1] if s[d1] > 1 else [])
+    _view(g, t, "view_diagonal", f"{t}.diagonal({g.rng.choice(offsets)}, {d1}, {d2})")
+    whole(g, g.stmts[-1].defines)
+
+
 # Write forms drawn only when asked for (--forms, or FUZZ_FORMS for the stock child): they change every program.
-EXTRA_FORMS = {"copy": x_copy, "no_grad": x_no_grad_write}
+EXTRA_FORMS = {"copy": x_copy, "no_grad": x_no_grad_write, "diagonal": x_diagonal_write}
 
 
 def extra_forms() -> frozenset[str]:

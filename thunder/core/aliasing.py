@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 
 from thunder.core import prims
 from thunder.core.proxies import TensorProxy
-from thunder.core.symbol import BoundSymbol
+from thunder.core.symbol import BoundSymbol, BoundSymbolTag
 
 __all__ = [
     "written_tensors",
@@ -45,7 +45,13 @@ __all__ = [
     "AliasSets",
     "storage_order_edges",
     "names_sharing_written_storage",
+    "VIEW_OF_WRITTEN_STORAGE",
 ]
+
+# The tag of a view of a storage the trace writes in place, made by an operator executor: a fusion's outputs are
+#   new tensors, so no fusion executor may take it (thunder.executors.passes sets it, Executor.can_fuse reads it).
+BoundSymbolTag.register_tag("VIEW_OF_WRITTEN_STORAGE")
+VIEW_OF_WRITTEN_STORAGE = BoundSymbolTag.VIEW_OF_WRITTEN_STORAGE
 
 _COPY_IDS = (prims.PrimIDs.COPY_, "copy_")  # the prim, and the torch executor's operator for it
 _UPDATE_ALIASES_IDS = (prims.PrimIDs.UPDATE_ALIASES, "update_aliases")

@@ -162,6 +162,52 @@ def test_write_refused_under_grad_raises_after_the_statements_before_it(executor
         assert torch.equal(y.detach(), before)
 
 
+def _write_through_diagonals_of_an_argument(b, v):
+    before = (b * 2).sum(0)
+    b.diagonal().copy_(v)
+    b.diagonal(1).mul_(3.0)
+    b.unsqueeze(0).diagonal(0, 1, 2)[1:3].fill_(0.5)
+    d = b.diagonal()
+    d.add_(v.sin())  # the view and sin are one fusion region unless the view stays out of fusions
+    return before, b * 1
+
+
+def _write_through_diagonals_of_a_tensor_made_inside(x, v):
+    y = x * 2
+    d = y.diagonal(-1)
+    s = v.cos()
+    d.zero_()
+    y.diagonal().add_(v)
+    return y, s
+
+
+@instantiate(
+    executors=ALL_FUSION_EXECUTORS,
+    dtypes=NOTHING,
+    decorators=(
+        pytest.mark.parametrize(
+            "fn", (_write_through_diagonals_of_an_argument, _write_through_diagonals_of_a_tensor_made_inside)
+        ),
+        pytest.mark.parametrize("frontend", ("jit", "thunderfx")),
+    ),
+)
+def test_write_through_a_diagonal_lands_in_its_base(executor, device, _, fn, frontend):
+    """``diagonal``'s prims are a gather: made inside a fusion, the "view" is a new tensor and a write into it
+    never reaches its base (nvFuser fused it, stock too). A view of a written storage is made outside fusions."""
+    args = (torch.randn(4, 5, device=device), torch.randn(4, device=device))
+    if frontend == "jit":
+        _check_like_eager(executor, fn, args)
+        return
+    from thunder.dynamo import ThunderCompiler
+
+    torch._dynamo.reset()
+    eager_args, compiled_args = _clones(args), _clones(args)
+    expected = fn(*eager_args)
+    actual = torch.compile(fn, backend=ThunderCompiler(executors=executor.executors_list()))(*compiled_args)
+    assert torch.equal(compiled_args[0], eager_args[0]), "the argument after the call differs from eager's"
+    torch.testing.assert_close(actual, expected)
+
+
 @pytest.mark.skipif(nvFuserExecutor is None, reason="needs nvFuser on CUDA")
 def test_decode_step_under_cuda_graphs_writes_the_callers_cache():
     """Thunder's CUDA-graph transform copies arguments into static buffers: the write must still land
