@@ -244,6 +244,8 @@ def _position_preserving_view_ops() -> set:
         ltorch.swapaxes,
         ltorch.swapdims,
         ltorch.t,
+        ltorch.matrix_transpose,
+        ltorch.reverse_dims_T,
         ltorch.movedim,
         ltorch.moveaxis,
         ltorch.narrow,
