@@ -2,7 +2,9 @@
 # The suite of `make test` (0.2.6 base) against another torch release, in its own venv (.venv-torch-VERSION):
 #   scripts/test-torch.sh 2.13.0        (make test-torch VERSION=2.13.0)
 # The venv gets that torch (a local CPU wheel in /opt/wheels when there is one, else PyPI) and the other pins
-# of requirements.lock; the composed trees are the ones `make setup` made.
+# of requirements.lock; the composed trees are the ones `make setup` made. Where pip is capped at an older torch
+# (/etc/xdg/pip on this machine), a newer release needs the cap lifted for this call only:
+#   PIP_CONFIG_FILE=/dev/null make test-torch VERSION=2.15.0
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

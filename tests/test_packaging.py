@@ -12,9 +12,9 @@ from packaging.requirements import Requirement
 from _support import REPO
 
 # `make test-torch VERSION=...` (README, "Limits", says when and on how many patches): the suite passed on these ...
-PASSED = ("2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1")
-# ... and failed on these (an earlier series: three torch_compile_ex programs; setup.py names them).
-FAILED = ("2.15.0",)
+PASSED = ("2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")
+# ... and was never run on these (older than the base's own floor, or not released when the list was made).
+UNTESTED = ("2.6.0", "2.16.0")
 
 
 def _declared_requirements() -> list[Requirement]:
@@ -30,5 +30,5 @@ def test_torch_requirement_is_exactly_the_releases_the_suite_passed_on():
     assert torch_req.specifier.contains(running), (str(torch_req), running)
     for passed in PASSED:
         assert torch_req.specifier.contains(passed), (str(torch_req), passed)
-    for failed in FAILED:
-        assert not torch_req.specifier.contains(failed), (str(torch_req), failed)
+    for untested in UNTESTED:
+        assert not torch_req.specifier.contains(untested), (str(torch_req), untested)
