@@ -68,7 +68,8 @@ Standalone (every program under every backend unless --spread; --stock: stock-vs
   .venv/bin/python tests/test_fuzz_inplace_writes.py --programs 2000 --seed 100000 --spread --stock  # = -m slow
   ... --backends jit,tfx --exclude index_fill,scatter_reduce -v --show SEED ...
   ... --forms copy,no_grad,diagonal ...  # also draw Tensor.copy_, writes under torch.no_grad() and writes
-                                        # through diagonal views (every program changes)
+                                        # through diagonal views (every program changes); view_ops: writes
+                                        # through Tensor.mT, .T, moveaxis, ravel, type_as, atleast_*d, ...
 Some outcomes depend on iteration order inside Thunder, hence on PYTHONHASHSEED: the standalone run
 sets it to 0 unless given; a repro states the value it was found with.
 """
@@ -703,8 +704,27 @@ def x_diagonal_write(g, t):
     whole(g, g.stmts[-1].defines)
 
 
+def x_view_op_write(g, t):
+    """A whole-tensor write through a view made by one of the ops that 0063 lists as view ops (Tensor.mT, .T,
+    torch fallbacks, `to` in other names, atleast_*d): before it a read after such a write could move before it,
+    and a fusion made the view a copy. The view stays a variable, so later lines may write through it too."""
+    x = g.t(t)
+    d = g.rng.randrange(x.ndim)
+    exprs = [f"{t}.positive()", f"{t}.type_as({t})", f"{t}.ravel()", f"torch.atleast_2d({t})", f"torch.atleast_3d({t})"]
+    if x.shape[d] >= 2:
+        exprs.append(f"{t}.unsafe_chunk(2, {d})[{g.rng.randrange(2)}]")
+    if x.ndim >= 2:
+        exprs += [f"{t}.mT", f"{t}.moveaxis(0, -1)", f"{t}.swapaxes(0, 1)", f"{t}.mT.mT"]
+    if x.ndim == 2:
+        exprs += [f"{t}.T", f"{t}.T[1:]"]
+    _view(g, t, "view_op", g.rng.choice(exprs))
+    if g.t(g.stmts[-1].defines).numel() == 0:
+        return False
+    whole(g, g.stmts[-1].defines)
+
+
 # Write forms drawn only when asked for (--forms, or FUZZ_FORMS for the stock child): they change every program.
-EXTRA_FORMS = {"copy": x_copy, "no_grad": x_no_grad_write, "diagonal": x_diagonal_write}
+EXTRA_FORMS = {"copy": x_copy, "no_grad": x_no_grad_write, "diagonal": x_diagonal_write, "view_ops": x_view_op_write}
 
 
 def extra_forms() -> frozenset[str]:
