@@ -246,6 +246,9 @@ def _position_preserving_view_ops() -> set:
         ltorch.t,
         ltorch.matrix_transpose,
         ltorch.reverse_dims_T,
+        ltorch.atleast_1d,
+        ltorch.atleast_2d,
+        ltorch.atleast_3d,
         ltorch.movedim,
         ltorch.moveaxis,
         ltorch.narrow,
@@ -637,7 +640,10 @@ class _ViewRebaser:
             numel = reduce(operator.mul, top.shape, 1)
             positions = ltorch.reshape(ltorch.arange(numel, device=top.device, dtype=dtypes.int64), top.shape)
             for n in reversed(_below(self._ancestry(dest), top.name)):
-                positions = self._apply(self.aliases[n], positions)
+                # An op that may return a view is one here only as a shallow copy (`type_as`, `to` or `long` that
+                #   change nothing): it keeps every position, and replayed on the positions it would convert them
+                if self.aliases[n].view_op not in ltorch._syms_that_may_return_views:
+                    positions = self._apply(self.aliases[n], positions)
             flat = ltorch.index_copy(
                 ltorch.reshape(top, (-1,)), 0, ltorch.reshape(positions, (-1,)), ltorch.reshape(updated, (-1,))
             )
