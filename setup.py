@@ -20,8 +20,8 @@ pin = patchset.BASE_PIN
 # The torch releases this build is tested with: exactly those the suite (`make test-torch VERSION=...`) passed
 # on, so that `pip install .` neither replaces a torch this Thunder works with nor installs one it fails on.
 # Passed: 2.7.1, 2.8.0, 2.9.1 (the pin of `make test`), 2.10.0, 2.11.0, 2.12.1 (2.12 with the compat patch
-# 0001; stock 0.2.6 does not run ThunderFX there), 2.13.0 (with 0068: Dynamo 2.13 reads the grad_fn of a
-# torch_compile_ex region's inputs) and 2.14.1 (with 0069: pytorch/pytorch#197893, Inductor returning an input
+# 0001; stock 0.2.6 does not run ThunderFX there), 2.13.0 (with 0070: Dynamo 2.13 reads the grad_fn of a
+# torch_compile_ex region's inputs) and 2.14.1 (with 0071: pytorch/pytorch#197893, Inductor returning an input
 # for `x * 1`), 2.15.0 (2026-12-07, 63 patches; PyPI's CUDA build run on the CPU). Not tested: 2.16 and later.
 TORCH_REQUIREMENT = "torch>=2.7.1,<2.16"
 

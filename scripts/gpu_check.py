@@ -9,7 +9,7 @@ the nvFuser-on-CUDA tests of thunder/tests/test_inplace_indexed_writes_fusion.py
   rematerialization  a fused read of the destination is not recomputed after the write
   cse                the same expression of the destination before and after a write is not merged
   clone_2793         `y = x.clone(); y[i] = v` leaves x alone and y no alias of x (upstream #2793)
-  diagonal_view      a write through `diagonal` (a gather in Thunder) lands in its base (0072), jit and ThunderFX
+  diagonal_view      a write through `diagonal` (a gather in Thunder) lands in its base (0074), jit and ThunderFX
   cudagraph_decode   a decode step (index_copy_ into the KV cache, then attention scores) under Thunder's
                      CUDAGraphTransform: the write lands in the caller's cache, step after step, not in a static copy
 

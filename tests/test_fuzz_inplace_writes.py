@@ -694,7 +694,7 @@ def x_no_grad_write(g, t):
 
 def x_diagonal_write(g, t):
     """A write through a diagonal view: Thunder's diagonal is a gather, and a fusion that made it wrote into a
-    copy (0072). The view stays a variable, so later lines may read or write through it too."""
+    copy (0074). The view stays a variable, so later lines may read or write through it too."""
     s = g.t(t).shape
     if len(s) < 2:
         return False
@@ -705,7 +705,7 @@ def x_diagonal_write(g, t):
 
 
 def x_view_op_write(g, t):
-    """A whole-tensor write through a view made by one of the ops that 0073 lists as view ops (Tensor.mT, .T,
+    """A whole-tensor write through a view made by one of the ops that 0075 lists as view ops (Tensor.mT, .T,
     torch fallbacks, `to` in other names, atleast_*d): before it a read after such a write could move before it,
     and a fusion made the view a copy. The view stays a variable, so later lines may write through it too."""
     x = g.t(t)

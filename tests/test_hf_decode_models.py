@@ -25,7 +25,7 @@ def _thunder_traces(backend):
 
 
 def _cpu_attention_reads_grouped_heads() -> bool:
-    """Whether the grouped-query rewrite applies to attention on CPU (from torch 2.9; see 0021)."""
+    """Whether the grouped-query rewrite applies to attention on CPU (from torch 2.9; see 0023)."""
     try:
         from thunder.transforms.grouped_query_attention import CPU_ENABLE_GQA_IS_BITWISE
     except ImportError:  # stock Thunder (the A/B run): no rewrite, and the assertions show it

@@ -130,7 +130,7 @@ def test_added_files_grow_patch_by_patch():
     base = patchset.get_base(patchset.DEFAULT_BASE)
     added = patchset.overlay_files()
     edits = patchset.added_file_edits(patchset.resolved_series(base), set(added))
-    # The series uses this: 0019 adds its cases to the tests 0012 adds.
+    # The series uses this: 0021 adds its cases to the tests 0012 adds.
     assert "thunder/tests/test_inplace_indexed_writes.py" in edits
     forms = patchset.first_forms(base, added)
     for rel, sections in edits.items():
