@@ -228,7 +228,7 @@ def find_aliased_writes_under_grad(gm: torch.fx.GraphModule) -> dict[torch.fx.No
         mul[0] = l_w_
         mul_1 = v * v;  sum_1 = mul_1.sum()
 
-    After the split: ``inductor_0`` makes ``mul`` and ``v`` and writes (its outputs are eager's views of
+    After the split: ``eager_0`` makes ``mul`` and ``v`` and writes (its outputs are eager's views of
     ``mul``, with the write in their history); ``thunder_1`` reads ``v``.
     """
     nodes = list(gm.graph.nodes)

@@ -339,7 +339,7 @@ def _write_through_view_where_a_gradient_flows(x, v):
 
 
 # Writes where a gradient flows into a storage with views: x (4, 3) and w (3,) require grad, buf does not.
-def _views_read_before_the_write(x, w, buf):  # the maintainer's review
+def _views_read_before_the_write(x, w, buf):
     y = x * 1
     s = y.view(-1).sum()
     y[0] = w
@@ -430,8 +430,8 @@ def _outcome(call):
     "fn", [_views_read_before_the_write, _view_made_after_the_write], ids=lambda fn: fn.__name__.strip("_")
 )
 def test_write_with_no_view_read_after_it_stays_in_thunder_where_a_gradient_flows(fn):
-    # Kept behaviour: stock ThunderFX gives eager's value and gradients. The series' splitter raised
-    #   NotImplementedError (BackendCompilerFailed) because the written tensor has a view.
+    # Kept behaviour: stock ThunderFX gives eager's value and gradients. The written tensor's views are read only
+    #   before the write, so nothing leaves Thunder.
     backend = _check_value_and_gradients_like_eager(fn)
     assert _split_reasons(backend) == []
     assert len(_thunder_traces(backend)) == 1
@@ -449,9 +449,9 @@ def test_write_with_no_view_read_after_it_stays_in_thunder_where_a_gradient_flow
     ],
     ids=lambda fn: fn.__name__.strip("_"),
 )
-def test_write_with_an_alias_read_after_it_goes_to_inductor_where_a_gradient_flows(fn):
-    # Stock ThunderFX gave these wrong gradients, silently (or failed: aliased inputs); the series failed
-    #   the compile (BackendCompilerFailed), or for the written input requiring grad, lost its gradient.
+def test_write_with_an_alias_read_after_it_runs_as_eager_where_a_gradient_flows(fn):
+    # Stock ThunderFX gave these wrong gradients, silently (or failed: aliased inputs); kept in Thunder they
+    #   raised NotImplementedError, or for the written input requiring grad, lost its gradient.
     #   Thunder's segment would see the write without the view relation (a view passed in, or a reshape that
     #   may copy), and its autograd.Function does not tell PyTorch that it writes an input.
     backend = _check_value_and_gradients_like_eager(fn)
@@ -578,7 +578,7 @@ def test_no_grad_region_cut_by_an_eager_segment_leaves_grad_mode_as_eager_does()
     assert "ALIASED_WRITE_UNDER_GRAD" in _split_reasons(backend)
 
 
-def test_write_into_a_view_where_a_gradient_flows_goes_to_inductor():
+def test_write_into_a_view_where_a_gradient_flows_runs_as_eager():
     x, v = torch.randn(4, 3, requires_grad=True), torch.randn(2, 3, requires_grad=True)
     expected = _write_through_view_where_a_gradient_flows(x, v)
     compiled, backend = _thunderfx(_write_through_view_where_a_gradient_flows)

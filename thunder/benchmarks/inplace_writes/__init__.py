@@ -8,7 +8,7 @@ copy back, ``b = buf.clone(); b[idx] = v; buf.copy_(b)``: passes over the whole 
 the cost of a decode step grows with the size of the cache instead of with the size of the write. The
 ``inplace_indexed_writes`` option (``"inplace"``: Thunder writes only the indexed elements; ``"inductor"``:
 ThunderFX routes the writes to Inductor; ``"functional"``: the clone-and-copy lowering) is what this
-measures, on four workloads (:mod:`.workloads`):
+measures, on these workloads (:mod:`.workloads`):
 
 ``a`` / ``setitem``
     The reported graph, ``def write(k_buffer, loc, k): k_buffer[loc] = k`` with a bf16 buffer
@@ -43,8 +43,9 @@ measures, on four workloads (:mod:`.workloads`):
 Backends (:mod:`.backends`), all measured in the same process: eager; ``torch.compile`` with Inductor;
 ThunderFX (``torch.compile(backend=thunder.dynamo.ThunderCompiler(...))``) with each
 ``inplace_indexed_writes`` policy the installed Thunder accepts (``thunderfx-default``, the option left
-out, on a build without it); ``thunder.jit`` with ``inplace_indexed_writes="inplace"`` where accepted
-(``jit-default`` otherwise) on the plain-function workloads. To compare two Thunder builds, run the
+out, on a build without it), with ``torch_compile_ex`` (``thunderfx-torchcompile``) and with
+``grouped_query_attention="fold"`` (``thunderfx-gqa-fold``) on the decoders; ``thunder.jit`` with
+``inplace_indexed_writes="inplace"`` where accepted (``jit-default`` otherwise) on the plain-function workloads. To compare two Thunder builds, run the
 module under each and compare the rows; ``--backends thunderfx-default jit-default`` measures a build's
 defaults.
 
@@ -53,7 +54,7 @@ call (or decode step), the ratio to eager and to Inductor, the number of Thunder
 ThunderFX split the graph into, the bytes written per call by full-size copies of inputs that
 :func:`thunder.examine.full_size_copies.find_full_size_copies` finds in the Thunder execution traces, and
 a correctness check against eager (the cache after the same steps: untouched rows bitwise equal and
-written rows equal or allclose; greedy tokens equal for ``c``). A backend that fails is reported with the
+written rows equal or allclose; greedy tokens equal for the Hugging Face decoders). A backend that fails is reported with the
 error, never dropped. Every row goes through the same loop (:func:`.measure.measure`).
 
 How to run

@@ -149,7 +149,7 @@ def format_table(rows: list[Row]) -> str:
                     lines.append(f"    {r.backend.ljust(widths[0])}  {r.status.upper()}: {r.error or ''}")
     lines += [
         "",
-        "  times per call (a) or per decode step (b, c, d); /eager, /inductor: median ratio in this run;",
+        "  times per call (a) or per decode step (b-j); /eager, /inductor: median ratio in this run;",
         "  segs T+I: Thunder + Inductor segments of the ThunderFX split ('g': Dynamo graphs);",
         "  full copies/call: bytes of full-size copies of inputs in the Thunder execution traces;",
         f"  reps*: repetitions capped because a call takes > {SLOW_CALL_S} s.",
